@@ -1,0 +1,295 @@
+"""Task definitions: typed async functions registered by name.
+
+``@task(...)`` turns ``async def f(ctx: TaskContext, a: A, b: B) -> R`` into a
+``Task2[A, B, R]``: a :class:`TaskDefinition` whose arity and parameter types
+mypy checks at every ``flow.run(f, node_a, node_b)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Generic, TypeVar, overload
+
+from pydantic import JsonValue, TypeAdapter
+
+from legato.context import TaskCancelled, TaskContext
+from legato.flow.spec import RetrySpec, TaskSpec, TimeoutSpec
+
+R_co = TypeVar("R_co", covariant=True)
+A1_contra = TypeVar("A1_contra", contravariant=True)
+A2_contra = TypeVar("A2_contra", contravariant=True)
+A3_contra = TypeVar("A3_contra", contravariant=True)
+A4_contra = TypeVar("A4_contra", contravariant=True)
+A5_contra = TypeVar("A5_contra", contravariant=True)
+R = TypeVar("R")
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+A3 = TypeVar("A3")
+A4 = TypeVar("A4")
+A5 = TypeVar("A5")
+
+
+class TaskDefinitionError(TypeError):
+    """A task function that cannot be registered; the message names the function."""
+
+
+class TaskArgumentsError(ValueError):
+    """The JSON arguments of an attempt do not fit the task's parameter types."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry policy: ``attempts`` in all (1 = no retry), exponential backoff with cap and jitter.
+
+    The delay before attempt ``n + 1`` is ``backoff * multiplier ** (n - 1)``,
+    capped at ``max_backoff``, then reduced by up to ``jitter`` (a fraction) —
+    deterministically, from the run, node, iteration and attempt. An exception
+    is retried when it is an instance of ``retry_on`` and not of ``dont_retry_on``.
+    """
+
+    attempts: int = 3
+    backoff: timedelta = timedelta(seconds=1)
+    multiplier: float = 2.0
+    max_backoff: timedelta = timedelta(minutes=5)
+    jitter: float = 0.2
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    dont_retry_on: tuple[type[BaseException], ...] = ()
+
+    def to_spec(self) -> RetrySpec:
+        return RetrySpec(
+            attempts=self.attempts,
+            initial_interval=self.backoff.total_seconds(),
+            multiplier=self.multiplier,
+            max_interval=self.max_backoff.total_seconds(),
+            jitter=self.jitter,
+        )
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+class TaskDefinition:
+    """A registered task: what the worker calls and what the spec references by name."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Awaitable[object]],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        retry: Retry,
+        schedule_to_start: timedelta | None,
+        start_to_close: timedelta | None,
+        heartbeat: timedelta | None,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.retry = retry
+        self.schedule_to_start = schedule_to_start
+        self.start_to_close = start_to_close
+        self.heartbeat = heartbeat
+        self.param_types, self.return_type = _inspect_task(fn)
+        self._params = tuple(TypeAdapter[object](t) for t in self.param_types)
+        self._result = TypeAdapter[object](self.return_type)
+        self.spec = TaskSpec(
+            name=name,
+            queue=queue,
+            priority=priority,
+            retry=retry.to_spec(),
+            timeouts=TimeoutSpec(
+                schedule_to_start=_seconds(schedule_to_start),
+                start_to_close=_seconds(start_to_close),
+                heartbeat=_seconds(heartbeat),
+            ),
+        )
+
+    @property
+    def arity(self) -> int:
+        """Number of parameters after the context."""
+        return len(self.param_types)
+
+    def parse_args(self, args: JsonValue) -> list[object]:
+        """Validate the JSON argument list into the parameter types."""
+        if not isinstance(args, list) or len(args) != self.arity:
+            raise TaskArgumentsError(
+                f"task {self.name!r} takes {self.arity} argument(s) as a JSON list, got {args!r}"
+            )
+        try:
+            return [adapter.validate_python(arg) for adapter, arg in zip(self._params, args, strict=True)]
+        except ValueError as exc:
+            raise TaskArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from exc
+
+    def dump_result(self, value: object) -> JsonValue:
+        """Serialise a return value to JSON."""
+        dumped: JsonValue = self._result.dump_python(value, mode="json")
+        return dumped
+
+    async def invoke(self, ctx: TaskContext, args: JsonValue) -> JsonValue:
+        """Validate ``args`` (a JSON list), call the function, return its result as JSON."""
+        values = self.parse_args(args)
+        result = await self.fn(ctx, *values)
+        return self.dump_result(result)
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """Whether a failed attempt that raised ``exc`` may be retried (budget permitting)."""
+        if isinstance(exc, TaskCancelled | TaskArgumentsError):
+            return False
+        if isinstance(exc, self.retry.dont_retry_on):
+            return False
+        return isinstance(exc, self.retry.retry_on)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name!r} queue={self.queue!r}>"
+
+
+class Task0(TaskDefinition, Generic[R_co]):
+    """A task taking only the context."""
+
+
+class Task1(TaskDefinition, Generic[A1_contra, R_co]):
+    """A task taking one input."""
+
+
+class Task2(TaskDefinition, Generic[A1_contra, A2_contra, R_co]):
+    """A task taking two inputs."""
+
+
+class Task3(TaskDefinition, Generic[A1_contra, A2_contra, A3_contra, R_co]):
+    """A task taking three inputs."""
+
+
+class Task4(TaskDefinition, Generic[A1_contra, A2_contra, A3_contra, A4_contra, R_co]):
+    """A task taking four inputs."""
+
+
+class Task5(TaskDefinition, Generic[A1_contra, A2_contra, A3_contra, A4_contra, A5_contra, R_co]):
+    """A task taking five inputs."""
+
+
+_CLASSES: Sequence[type[TaskDefinition]] = (Task0, Task1, Task2, Task3, Task4, Task5)
+
+
+def _inspect_task(fn: Callable[..., object]) -> tuple[tuple[object, ...], object]:
+    label = getattr(fn, "__qualname__", repr(fn))
+    if not inspect.iscoroutinefunction(fn):
+        raise TaskDefinitionError(f"task {label}: must be an async function")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:
+        raise TaskDefinitionError(f"task {label}: cannot resolve its annotations: {exc}") from exc
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        raise TaskDefinitionError(f"task {label}: first parameter must be the TaskContext")
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+            raise TaskDefinitionError(f"task {label}: parameter {p.name!r} must be positional")
+    types: list[object] = []
+    for p in params[1:]:
+        if p.name not in hints or hints[p.name] is typing.Any:
+            raise TaskDefinitionError(f"task {label}: parameter {p.name!r} needs a type annotation")
+        types.append(hints[p.name])
+    if "return" not in hints or hints["return"] is typing.Any:
+        raise TaskDefinitionError(f"task {label}: needs a return type annotation")
+    for what, tp in [*((f"parameter {p.name!r}", t) for p, t in zip(params[1:], types, strict=True)),
+                     ("return type", hints["return"])]:
+        try:
+            TypeAdapter[object](tp).json_schema(mode="serialization")
+        except Exception as exc:
+            raise TaskDefinitionError(
+                f"task {label}: {what} {tp!r} cannot be serialised to JSON: {exc}"
+            ) from exc
+    if len(types) >= len(_CLASSES):
+        raise TaskDefinitionError(
+            f"task {label}: at most {len(_CLASSES) - 1} inputs are supported; pass a model"
+        )
+    return tuple(types), hints["return"]
+
+
+class _TaskDecorator:
+    def __init__(self, **options: object) -> None:
+        self._options = options
+
+    @overload
+    def __call__(self, fn: Callable[[TaskContext], Awaitable[R]], /) -> Task0[R]: ...
+    @overload
+    def __call__(self, fn: Callable[[TaskContext, A1], Awaitable[R]], /) -> Task1[A1, R]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[[TaskContext, A1, A2], Awaitable[R]], /
+    ) -> Task2[A1, A2, R]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[[TaskContext, A1, A2, A3], Awaitable[R]], /
+    ) -> Task3[A1, A2, A3, R]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[[TaskContext, A1, A2, A3, A4], Awaitable[R]], /
+    ) -> Task4[A1, A2, A3, A4, R]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[[TaskContext, A1, A2, A3, A4, A5], Awaitable[R]], /
+    ) -> Task5[A1, A2, A3, A4, A5, R]: ...
+    def __call__(self, fn: Callable[..., Awaitable[object]], /) -> TaskDefinition:
+        o = self._options
+        name = o["name"] if isinstance(o["name"], str) else getattr(fn, "__name__", "")
+        if not name:
+            raise TaskDefinitionError(f"task {fn!r}: needs a name")
+        # Arity decides the class; the overloads above give mypy the precise type.
+        arity = len(inspect.signature(fn).parameters) - 1
+        cls = _CLASSES[arity] if 0 <= arity < len(_CLASSES) else TaskDefinition
+        retry = o["retry"]
+        assert isinstance(retry, Retry)
+        queue, priority = o["queue"], o["priority"]
+        assert isinstance(queue, str) and isinstance(priority, int)
+        return cls(
+            fn,
+            name=name,
+            queue=queue,
+            priority=priority,
+            retry=retry,
+            schedule_to_start=_td(o["schedule_to_start"]),
+            start_to_close=_td(o["start_to_close"]),
+            heartbeat=_td(o["heartbeat"]),
+        )
+
+
+def _td(value: object) -> timedelta | None:
+    assert value is None or isinstance(value, timedelta)
+    return value
+
+
+def task(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: Retry | None = None,
+    schedule_to_start: timedelta | None = None,
+    start_to_close: timedelta | None = None,
+    heartbeat: timedelta | None = None,
+    priority: int = 0,
+) -> _TaskDecorator:
+    """Register an async function ``(ctx: TaskContext, *inputs) -> R`` as a task.
+
+    Every parameter after the context and the return type must be annotated
+    with a pydantic model or a JSON-able type; otherwise this raises
+    :class:`TaskDefinitionError` naming the function.
+    """
+    if retry is not None and retry.attempts < 1:
+        raise ValueError("Retry.attempts must be >= 1")
+    return _TaskDecorator(
+        name=name,
+        queue=queue,
+        retry=retry if retry is not None else Retry(),
+        schedule_to_start=schedule_to_start,
+        start_to_close=start_to_close,
+        heartbeat=heartbeat,
+        priority=priority,
+    )

@@ -1,0 +1,96 @@
+"""Legato's Alembic environment, driven from code (``legato db ...``) or from a host's Alembic.
+
+Migrations live in ``legato/alembic`` (``script_location = legato:alembic``) and
+record their version in Legato's own table, ``<schema>.legato_version``, never in
+the host's ``alembic_version``. Concurrent upgrades are serialised by an advisory
+lock taken in ``env.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.db import DEFAULT_SCHEMA, validate_schema_name
+
+SCRIPT_LOCATION = "legato:alembic"
+VERSION_TABLE = "legato_version"
+BRANCH_LABEL = "legato"
+
+
+def alembic_config(schema: str, connection: Connection | None = None) -> Config:
+    """An Alembic ``Config`` for Legato's migrations targeting ``schema``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.attributes["legato_schema"] = validate_schema_name(schema)
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+@cache
+def head_revision() -> str:
+    """The migration head this package expects."""
+    head = ScriptDirectory.from_config(alembic_config(DEFAULT_SCHEMA)).get_current_head()
+    assert head is not None, "Legato ships at least one migration"
+    return head
+
+
+def migration_schema() -> str:
+    """The schema a running migration targets.
+
+    From Legato's own environment, or a host's Alembic environment that sets
+    ``config.attributes["legato_schema"]``; else ``LEGATO_SCHEMA``; else ``legato``.
+    """
+    from alembic import op
+
+    attributes = op.get_context().config.attributes if op.get_context().config else {}
+    schema = attributes.get("legato_schema") or os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA
+    return validate_schema_name(str(schema))
+
+
+@dataclass(frozen=True)
+class MigrationState:
+    current: tuple[str, ...]
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == (self.head,)
+
+
+async def upgrade(engine: AsyncEngine, schema: str, revision: str = "head") -> None:
+    """Apply Legato's migrations up to ``revision`` (each in its own transaction)."""
+    async with engine.connect() as conn:
+        await conn.run_sync(
+            lambda sync: command.upgrade(alembic_config(schema, sync), revision)
+        )
+
+
+async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") -> None:
+    """Revert Legato's migrations down to ``revision`` (``base`` removes everything)."""
+    async with engine.connect() as conn:
+        await conn.run_sync(
+            lambda sync: command.downgrade(alembic_config(schema, sync), revision)
+        )
+
+
+def _current(sync: Connection, schema: str) -> tuple[str, ...]:
+    context = MigrationContext.configure(
+        sync, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+    )
+    return tuple(context.get_current_heads())
+
+
+async def state(engine: AsyncEngine, schema: str) -> MigrationState:
+    """The applied revision(s) of ``schema`` and the package's head."""
+    async with engine.connect() as conn:
+        current = await conn.run_sync(lambda sync: _current(sync, schema))
+    return MigrationState(current=current, head=head_revision())

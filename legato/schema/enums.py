@@ -1,0 +1,60 @@
+"""State enums stored as TEXT with CHECK constraints (see ``legato.schema.tables``)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """Lifecycle of a run. ``RUNNING`` is the only active state."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def finished(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+class TaskState(StrEnum):
+    """Lifecycle of one attempt of one node of a run (a row of ``tasks``)."""
+
+    QUEUED = "QUEUED"  # a task attempt waiting in task_queue for a worker
+    RUNNING = "RUNNING"  # leased by a worker
+    WAITING = "WAITING"  # a sleep, an event wait or a child run, resolved by a timer/signal/child
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE_TASK_STATES
+
+
+ACTIVE_TASK_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING})
+
+
+class NodeKind(StrEnum):
+    """What a ``tasks`` row stands for."""
+
+    TASK = "TASK"
+    SLEEP = "SLEEP"
+    EVENT = "EVENT"
+    SWITCH = "SWITCH"
+    MAP = "MAP"
+    CHILD = "CHILD"
+    JOIN = "JOIN"
+    HANDLER = "HANDLER"
+
+
+class TimerKind(StrEnum):
+    """Why a timer was armed; each names the task transition it causes when it fires."""
+
+    SLEEP = "SLEEP"  # WAITING sleep -> COMPLETED
+    EVENT_TIMEOUT = "EVENT_TIMEOUT"  # WAITING event wait -> TIMED_OUT
+    SCHEDULE_TO_START = "SCHEDULE_TO_START"  # QUEUED attempt -> TIMED_OUT
+    START_TO_CLOSE = "START_TO_CLOSE"  # QUEUED or RUNNING attempt -> TIMED_OUT

@@ -1,0 +1,382 @@
+"""The typed schema: every Legato table as SQLAlchemy Core, one class per table.
+
+Each class is a namespace of typed ``Column`` objects bound to one ``Table``
+(``Runs.status`` *is* ``Runs.table.c.status``), so a query built from
+``select(Runs.status)`` is typed ``RunStatus`` and a misspelt column is a mypy
+error rather than a runtime surprise. Tables live in the placeholder schema
+``legato``; the real schema name is chosen per engine with
+``schema_translate_map`` (``legato.db.create_engine``).
+
+What Core cannot express (partitioned parents, partitions, storage parameters,
+functions, triggers) is emitted as raw DDL by the migrations; the partial
+indexes are declared here too so the drift test can compare them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import JsonValue
+from sqlalchemy.sql.schema import SchemaItem
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    Uuid,
+    false,
+    func,
+    text,
+)
+
+from legato.engine.decider.model import TaskError
+from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
+from legato.schema.types import JSON_VALUE, PydanticJSONB, TextEnum
+
+SCHEMA_PLACEHOLDER = "legato"
+
+metadata = MetaData(
+    schema=SCHEMA_PLACEHOLDER,
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    },
+)
+
+ERROR_JSON: PydanticJSONB[TaskError] = PydanticJSONB(TaskError)
+
+
+def _now() -> Any:
+    return func.now()
+
+
+def uuid_col(**kw: Any) -> Column[uuid.UUID]:
+    return Column(Uuid(as_uuid=True), nullable=False, **kw)
+
+
+def text_col(*, nullable: bool = False, **kw: Any) -> Column[str]:
+    return Column(Text, nullable=nullable, **kw)
+
+
+def int_col(*, default: int | None = None, **kw: Any) -> Column[int]:
+    server_default = text(str(default)) if default is not None else None
+    return Column(Integer, nullable=False, server_default=server_default, **kw)
+
+
+def time_col(*, nullable: bool = True, now_default: bool = False) -> Column[datetime]:
+    return Column(
+        DateTime(timezone=True),
+        nullable=nullable,
+        server_default=_now() if now_default else None,
+    )
+
+
+def json_col(*, nullable: bool = True) -> Column[JsonValue]:
+    return Column(JSON_VALUE, nullable=nullable)
+
+
+def error_col() -> Column[TaskError]:
+    return Column(ERROR_JSON, nullable=True)
+
+
+def enum_col(enum_type: type[Any]) -> Column[Any]:
+    return Column(TextEnum(enum_type), nullable=False)
+
+
+def enum_check(column: str, enum_type: type[StrEnum]) -> CheckConstraint:
+    """The CHECK constraint that keeps a TEXT state column inside its enum."""
+    values = ", ".join(f"'{member.value}'" for member in enum_type)
+    return CheckConstraint(f"{column} IN ({values})", name=f"{column}_valid")
+
+
+class TypedTable:
+    """Base of the table classes: collects the class's columns into one ``Table``."""
+
+    table: ClassVar[Table]
+    __tablename__: ClassVar[str]
+    __table_args__: ClassVar[tuple[SchemaItem, ...]] = ()
+    __table_kwargs__: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        columns: list[Column[Any]] = []
+        for attr, value in vars(cls).items():
+            if isinstance(value, Column):
+                value.name = attr
+                value.key = attr
+                columns.append(value)
+        cls.table = Table(
+            cls.__tablename__, metadata, *columns, *cls.__table_args__, **cls.__table_kwargs__
+        )
+
+
+class WorkflowDefinitions(TypedTable):
+    """Compiled workflow specs, versioned; never physically deleted."""
+
+    __tablename__ = "workflow_definitions"
+    name = text_col()
+    version = int_col()
+    spec = json_col(nullable=False)
+    spec_hash = text_col()
+    deployed: Column[bool] = Column(Boolean, nullable=False, server_default=false())
+    created_at = time_col(nullable=False, now_default=True)
+    deployed_at = time_col()
+    deleted_at = time_col()
+    __table_args__ = (
+        PrimaryKeyConstraint("name", "version"),
+        # One spec per hash per name: deploying an unchanged spec finds its version.
+        Index(None, "name", "spec_hash", unique=True),
+        # Client.start and the deploy step: the deployed version of a workflow.
+        Index(None, "name", unique=True, postgresql_where=text("deployed")),
+    )
+
+
+class Runs(TypedTable):
+    """One row per run; PARTITION BY RANGE (id), monthly (the UUIDv7 encodes the month)."""
+
+    __tablename__ = "runs"
+    id = uuid_col()
+    workflow_name = text_col()
+    workflow_version = int_col()
+    status: Column[RunStatus] = enum_col(RunStatus)
+    input = json_col()
+    output = json_col()
+    error = error_col()
+    parent_run_id: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
+    idempotency_key = text_col(nullable=True)
+    cancel_requested_at = time_col()
+    created_at = time_col(nullable=False, now_default=True)
+    scheduled_at = time_col()
+    updated_at = time_col(nullable=False, now_default=True)
+    finished_at = time_col()
+    __table_args__ = (
+        PrimaryKeyConstraint("id"),
+        enum_check("status", RunStatus),
+        ForeignKeyConstraint(
+            ["workflow_name", "workflow_version"],
+            ["workflow_definitions.name", "workflow_definitions.version"],
+        ),
+        # Client.list_runs (keyset by id within a workflow) and partitions.drop's active check.
+        Index(None, "workflow_name", "id"),
+        Index("ix_runs_active", "id", postgresql_where=text("status = 'RUNNING'")),
+    )
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (id)"}
+
+
+class Tasks(TypedTable):
+    """One row per attempt of a node; PARTITION BY RANGE (run_id), monthly."""
+
+    __tablename__ = "tasks"
+    run_id = uuid_col()
+    id = uuid_col()
+    node_id = text_col()
+    iteration = int_col(default=0)
+    attempt = int_col(default=1)
+    kind: Column[NodeKind] = enum_col(NodeKind)
+    state: Column[TaskState] = enum_col(TaskState)
+    task_name = text_col(nullable=True)
+    queue = text_col(nullable=True)
+    input = json_col()
+    output = json_col()
+    error = error_col()
+    event_name = text_col(nullable=True)
+    observed: Column[bool] = Column(Boolean, nullable=False, server_default=false())
+    created_at = time_col(nullable=False, now_default=True)
+    available_at = time_col()
+    started_at = time_col()
+    finished_at = time_col()
+    lease_owner = text_col(nullable=True)
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "id"),
+        enum_check("state", TaskState),
+        enum_check("kind", NodeKind),
+        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+        # The decider's snapshot load and the identity of an attempt: a retry is a new row.
+        Index(None, "run_id", "node_id", "iteration", "attempt", unique=True),
+        # Client.emit: the event waits currently open for a name (a handful of rows).
+        Index(
+            "ix_tasks_open_waits",
+            "event_name",
+            postgresql_where=text("state = 'WAITING' AND event_name IS NOT NULL"),
+        ),
+    )
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (run_id)"}
+
+
+class Signals(TypedTable):
+    """Signals sent to a run, buffered until a wait consumes them, oldest first."""
+
+    __tablename__ = "signals"
+    run_id = uuid_col()
+    id = uuid_col()
+    name = text_col()
+    payload = json_col()
+    created_at = time_col(nullable=False, now_default=True)
+    consumed_at = time_col()
+    consumed_by: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "id"),
+        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+        # The decider's snapshot: a run's unconsumed signals.
+        Index("ix_signals_pending", "run_id", "id", postgresql_where=text("consumed_at IS NULL")),
+    )
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (run_id)"}
+
+
+class RunEvents(TypedTable):
+    """A run's history: (run_id, seq) gap-free, appended under the run's row lock."""
+
+    __tablename__ = "run_events"
+    run_id = uuid_col()
+    seq: Column[int] = Column(BigInteger, nullable=False)
+    type = text_col()
+    node_id = text_col(nullable=True)
+    iteration: Column[int | None] = Column(Integer, nullable=True)
+    attempt: Column[int | None] = Column(Integer, nullable=True)
+    data = json_col()
+    created_at = time_col(nullable=False, now_default=True)
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "seq"),
+        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    )
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (run_id)"}
+
+
+class DecideQueue(TypedTable):
+    """Runs with something new to decide; the primary key collapses many wake-ups into one."""
+
+    __tablename__ = "decide_queue"
+    run_id = uuid_col()
+    available_at = time_col(nullable=False, now_default=True)
+    reason = text_col(nullable=True)
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id"),
+        # The decider loop's claim: oldest available first.
+        Index(None, "available_at"),
+    )
+
+
+class TaskQueue(TypedTable):
+    """The narrow queue workers claim from; PARTITION BY HASH (queue), 8 ways."""
+
+    __tablename__ = "task_queue"
+    queue = text_col()
+    task_id = uuid_col()
+    run_id = uuid_col()
+    attempt = int_col()
+    task_name = text_col()
+    priority = int_col(default=0)
+    available_at = time_col(nullable=False, now_default=True)
+    lease_owner = text_col(nullable=True)
+    lease_expires_at = time_col()
+    __table_args__ = (
+        PrimaryKeyConstraint("queue", "task_id"),
+        # The worker loop's claim: unleased rows only, so leased work leaves the index.
+        Index(
+            "ix_task_queue_dequeue",
+            "queue",
+            text("priority DESC"),
+            "available_at",
+            postgresql_where=text("lease_expires_at IS NULL"),
+        ),
+        # The lease sweeper: leased rows by expiry.
+        Index(
+            "ix_task_queue_leased",
+            "lease_expires_at",
+            postgresql_where=text("lease_expires_at IS NOT NULL"),
+        ),
+    )
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "HASH (queue)"}
+
+
+class Timers(TypedTable):
+    """Sleeps, event timeouts and task timeouts; PARTITION BY RANGE (fire_at), daily."""
+
+    __tablename__ = "timers"
+    fire_at = time_col(nullable=False)
+    id = uuid_col()
+    run_id = uuid_col()
+    task_id = uuid_col()
+    attempt = int_col()
+    kind: Column[TimerKind] = enum_col(TimerKind)
+    due_at = time_col(nullable=False)
+    claimed_at = time_col()
+    __table_args__ = (
+        PrimaryKeyConstraint("fire_at", "id"),
+        enum_check("kind", TimerKind),
+        # The timer loop's claim: unclaimed timers by fire time.
+        Index("ix_timers_unclaimed", "fire_at", postgresql_where=text("claimed_at IS NULL")),
+    )
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (fire_at)"}
+
+
+class IdempotencyKeys(TypedTable):
+    """Start idempotency; unpartitioned because a unique key on a partitioned table must
+    include the partition key, which a (namespace, key) pair cannot."""
+
+    __tablename__ = "idempotency_keys"
+    namespace = text_col()
+    key = text_col()
+    run_id = uuid_col()
+    created_at = time_col(nullable=False, now_default=True)
+    expires_at = time_col(nullable=False)
+    __table_args__ = (
+        PrimaryKeyConstraint("namespace", "key"),
+        # The maintenance loop's pruning of expired keys.
+        Index(None, "expires_at"),
+    )
+
+
+class Outbox(TypedTable):
+    """Run lifecycle events for delivery to webhooks, with a dead letter."""
+
+    __tablename__ = "outbox"
+    id: Column[int] = Column(BigInteger, Identity(always=False), nullable=False)
+    run_id = uuid_col()
+    event_type = text_col()
+    payload = json_col()
+    created_at = time_col(nullable=False, now_default=True)
+    attempts = int_col(default=0)
+    next_attempt_at = time_col(nullable=False, now_default=True)
+    last_error = text_col(nullable=True)
+    published_at = time_col()
+    dead_lettered_at = time_col()
+    __table_args__ = (
+        PrimaryKeyConstraint("id"),
+        # The relay: deliverable rows only; published and dead-lettered rows leave the index.
+        Index(
+            "ix_outbox_deliverable",
+            "next_attempt_at",
+            "id",
+            postgresql_where=text("published_at IS NULL AND dead_lettered_at IS NULL"),
+        ),
+        Index(
+            "ix_outbox_dead_letter",
+            "dead_lettered_at",
+            postgresql_where=text("dead_lettered_at IS NOT NULL"),
+        ),
+    )
+
+
+class SchemaVersion(TypedTable):
+    """Legato's own migration version table (never the host's ``alembic_version``)."""
+
+    __tablename__ = "legato_version"
+    version_num: Column[str] = Column(String(32), nullable=False)
+    __table_args__ = (PrimaryKeyConstraint("version_num"),)
