@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from sqlalchemy import URL, make_url, select
+from sqlalchemy import URL, inspect, make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -87,12 +87,10 @@ async def check_database(conn: AsyncConnection, schema: str) -> None:
             "(18 recommended)"
         )
     head = head_revision()
-    try:
-        async with conn.begin_nested():
-            applied = (await conn.execute(select(SchemaVersion.version_num))).scalars().all()
-    except Exception:
-        applied = []
-    if list(applied) != [head]:
+    applied: list[str] = []
+    if await conn.run_sync(lambda sync: inspect(sync).has_table(SchemaVersion.table.name, schema)):
+        applied = list((await conn.execute(select(SchemaVersion.version_num))).scalars().all())
+    if applied != [head]:
         found = ", ".join(applied) if applied else "nothing"
         raise IncompatibleDatabase(
             f"schema {schema!r} is at migration {found}, this Legato needs {head}: "

@@ -51,7 +51,8 @@ def migration_schema() -> str:
     """
     from alembic import op
 
-    attributes = op.get_context().config.attributes if op.get_context().config else {}
+    config = op.get_context().config
+    attributes = config.attributes if config is not None else {}
     schema = attributes.get("legato_schema") or os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA
     return validate_schema_name(str(schema))
 
@@ -69,17 +70,13 @@ class MigrationState:
 async def upgrade(engine: AsyncEngine, schema: str, revision: str = "head") -> None:
     """Apply Legato's migrations up to ``revision`` (each in its own transaction)."""
     async with engine.connect() as conn:
-        await conn.run_sync(
-            lambda sync: command.upgrade(alembic_config(schema, sync), revision)
-        )
+        await conn.run_sync(lambda sync: command.upgrade(alembic_config(schema, sync), revision))
 
 
 async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") -> None:
     """Revert Legato's migrations down to ``revision`` (``base`` removes everything)."""
     async with engine.connect() as conn:
-        await conn.run_sync(
-            lambda sync: command.downgrade(alembic_config(schema, sync), revision)
-        )
+        await conn.run_sync(lambda sync: command.downgrade(alembic_config(schema, sync), revision))
 
 
 def _current(sync: Connection, schema: str) -> tuple[str, ...]:

@@ -69,8 +69,10 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (lpad(to_hex(floor(extract(epoch FROM ts) * 1000)::bigint), 12, '0')
             || '00000000000000000000')::uuid
 $$""")
-    op.execute(f"COMMENT ON FUNCTION {s}.uuid7_bound_v1(timestamptz) IS "
-               "'smallest UUIDv7 at ts: the range bound of the run-scoped partitions'")
+    op.execute(
+        f"COMMENT ON FUNCTION {s}.uuid7_bound_v1(timestamptz) IS "
+        "'smallest UUIDv7 at ts: the range bound of the run-scoped partitions'"
+    )
 
     op.execute(f"""
 CREATE FUNCTION {s}.ensure_partitions_v1(months_ahead int DEFAULT {MONTHS_AHEAD},
@@ -118,9 +120,11 @@ BEGIN
     END LOOP;
 END;
 $$""")
-    op.execute(f"COMMENT ON FUNCTION {s}.ensure_partitions_v1(int, int) IS "
-               "'create run-scoped monthly and timer daily partitions ahead; "
-               "returns the partitions this call created'")
+    op.execute(
+        f"COMMENT ON FUNCTION {s}.ensure_partitions_v1(int, int) IS "
+        "'create run-scoped monthly and timer daily partitions ahead; "
+        "returns the partitions this call created'"
+    )
 
     op.execute(f"""
 CREATE FUNCTION {s}.drop_partitions_v1(older_than timestamptz, dry_run boolean DEFAULT false)
@@ -192,8 +196,10 @@ BEGIN
     END LOOP;
 END;
 $$""")
-    op.execute(f"COMMENT ON FUNCTION {s}.drop_partitions_v1(timestamptz, boolean) IS "
-               "'retention: drop whole months older than older_than, never one with running runs'")
+    op.execute(
+        f"COMMENT ON FUNCTION {s}.drop_partitions_v1(timestamptz, boolean) IS "
+        "'retention: drop whole months older than older_than, never one with running runs'"
+    )
 
     op.execute(f"""
 CREATE FUNCTION {s}.notify_run_event_v1() RETURNS trigger
@@ -203,8 +209,10 @@ BEGIN
     RETURN NULL;
 END;
 $$""")
-    op.execute(f"CREATE TRIGGER run_events_notify_v1 AFTER INSERT ON {s}.run_events "
-               f"FOR EACH ROW EXECUTE FUNCTION {s}.notify_run_event_v1()")
+    op.execute(
+        f"CREATE TRIGGER run_events_notify_v1 AFTER INSERT ON {s}.run_events "
+        f"FOR EACH ROW EXECUTE FUNCTION {s}.notify_run_event_v1()"
+    )
     op.execute(f"SELECT {s}.ensure_partitions_v1()")
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "TaskState",
     "Tasks",
     "TimerKind",
+    "Timers",
     "WorkflowDefinitions",
     "is_uuid7",
     "metadata",

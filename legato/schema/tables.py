@@ -17,10 +17,9 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy.sql.schema import SchemaItem
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -41,6 +40,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.sql.schema import SchemaItem
 
 from legato.engine.decider.model import TaskError
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
@@ -105,31 +105,30 @@ def enum_check(column: str, enum_type: type[StrEnum]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({values})", name=f"{column}_valid")
 
 
-class TypedTable:
-    """Base of the table classes: collects the class's columns into one ``Table``."""
+class TableColumns:
+    """A table's typed column namespace: each class attribute is a ``Column`` of the table.
 
-    table: ClassVar[Table]
-    __tablename__: ClassVar[str]
-    __table_args__: ClassVar[tuple[SchemaItem, ...]] = ()
-    __table_kwargs__: ClassVar[dict[str, Any]] = {}
+    ``Runs.status`` *is* ``Runs.table.c.status``, typed ``Column[RunStatus]``, so a
+    query built from ``select(Runs.status)`` is typed and a misspelt column is a mypy
+    ``attr-defined`` error (``Table.c`` would accept any name).
+    """
 
-    def __init_subclass__(cls) -> None:
-        super().__init_subclass__()
+    table: Table
+
+    def __init__(self, name: str, *args: SchemaItem, **kw: Any) -> None:
         columns: list[Column[Any]] = []
-        for attr, value in vars(cls).items():
+        for attr, value in vars(type(self)).items():
             if isinstance(value, Column):
-                value.name = attr
-                value.key = attr
+                value.name = value.key = attr
                 columns.append(value)
-        cls.table = Table(
-            cls.__tablename__, metadata, *columns, *cls.__table_args__, **cls.__table_kwargs__
-        )
+        self.table = Table(name, metadata, *columns, *args, **kw)
+        for column in self.table.columns:
+            setattr(self, column.key, column)
 
 
-class WorkflowDefinitions(TypedTable):
-    """Compiled workflow specs, versioned; never physically deleted."""
+class WorkflowDefinitionsColumns(TableColumns):
+    """Columns of ``workflow_definitions``."""
 
-    __tablename__ = "workflow_definitions"
     name = text_col()
     version = int_col()
     spec = json_col(nullable=False)
@@ -138,19 +137,22 @@ class WorkflowDefinitions(TypedTable):
     created_at = time_col(nullable=False, now_default=True)
     deployed_at = time_col()
     deleted_at = time_col()
-    __table_args__ = (
-        PrimaryKeyConstraint("name", "version"),
-        # One spec per hash per name: deploying an unchanged spec finds its version.
-        Index(None, "name", "spec_hash", unique=True),
-        # Client.start and the deploy step: the deployed version of a workflow.
-        Index(None, "name", unique=True, postgresql_where=text("deployed")),
-    )
 
 
-class Runs(TypedTable):
-    """One row per run; PARTITION BY RANGE (id), monthly (the UUIDv7 encodes the month)."""
+WorkflowDefinitions = WorkflowDefinitionsColumns(
+    "workflow_definitions",
+    PrimaryKeyConstraint("name", "version"),
+    # One spec per hash per name: deploying an unchanged spec finds its version.
+    Index(None, "name", "spec_hash", unique=True),
+    # Client.start and the deploy step: the deployed version of a workflow.
+    Index(None, "name", unique=True, postgresql_where=text("deployed")),
+)
+"""Compiled workflow specs, versioned; never physically deleted."""
 
-    __tablename__ = "runs"
+
+class RunsColumns(TableColumns):
+    """Columns of ``runs``."""
+
     id = uuid_col()
     workflow_name = text_col()
     workflow_version = int_col()
@@ -165,24 +167,27 @@ class Runs(TypedTable):
     scheduled_at = time_col()
     updated_at = time_col(nullable=False, now_default=True)
     finished_at = time_col()
-    __table_args__ = (
-        PrimaryKeyConstraint("id"),
-        enum_check("status", RunStatus),
-        ForeignKeyConstraint(
-            ["workflow_name", "workflow_version"],
-            ["workflow_definitions.name", "workflow_definitions.version"],
-        ),
-        # Client.list_runs (keyset by id within a workflow) and partitions.drop's active check.
-        Index(None, "workflow_name", "id"),
-        Index("ix_runs_active", "id", postgresql_where=text("status = 'RUNNING'")),
-    )
-    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (id)"}
 
 
-class Tasks(TypedTable):
-    """One row per attempt of a node; PARTITION BY RANGE (run_id), monthly."""
+Runs = RunsColumns(
+    "runs",
+    PrimaryKeyConstraint("id"),
+    enum_check("status", RunStatus),
+    ForeignKeyConstraint(
+        ["workflow_name", "workflow_version"],
+        ["workflow_definitions.name", "workflow_definitions.version"],
+    ),
+    # Client.list_runs (keyset by id within a workflow) and partitions.drop's active check.
+    Index(None, "workflow_name", "id"),
+    Index("ix_runs_active", "id", postgresql_where=text("status = 'RUNNING'")),
+    postgresql_partition_by="RANGE (id)",
+)
+"""One row per run; PARTITION BY RANGE (id), monthly (the UUIDv7 encodes the month)."""
 
-    __tablename__ = "tasks"
+
+class TasksColumns(TableColumns):
+    """Columns of ``tasks``."""
+
     run_id = uuid_col()
     id = uuid_col()
     node_id = text_col()
@@ -202,27 +207,30 @@ class Tasks(TypedTable):
     started_at = time_col()
     finished_at = time_col()
     lease_owner = text_col(nullable=True)
-    __table_args__ = (
-        PrimaryKeyConstraint("run_id", "id"),
-        enum_check("state", TaskState),
-        enum_check("kind", NodeKind),
-        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
-        # The decider's snapshot load and the identity of an attempt: a retry is a new row.
-        Index(None, "run_id", "node_id", "iteration", "attempt", unique=True),
-        # Client.emit: the event waits currently open for a name (a handful of rows).
-        Index(
-            "ix_tasks_open_waits",
-            "event_name",
-            postgresql_where=text("state = 'WAITING' AND event_name IS NOT NULL"),
-        ),
-    )
-    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (run_id)"}
 
 
-class Signals(TypedTable):
-    """Signals sent to a run, buffered until a wait consumes them, oldest first."""
+Tasks = TasksColumns(
+    "tasks",
+    PrimaryKeyConstraint("run_id", "id"),
+    enum_check("state", TaskState),
+    enum_check("kind", NodeKind),
+    ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    # The decider's snapshot load and the identity of an attempt: a retry is a new row.
+    Index(None, "run_id", "node_id", "iteration", "attempt", unique=True),
+    # Client.emit: the event waits currently open for a name (a handful of rows).
+    Index(
+        "ix_tasks_open_waits",
+        "event_name",
+        postgresql_where=text("state = 'WAITING' AND event_name IS NOT NULL"),
+    ),
+    postgresql_partition_by="RANGE (run_id)",
+)
+"""One row per attempt of a node; PARTITION BY RANGE (run_id), monthly."""
 
-    __tablename__ = "signals"
+
+class SignalsColumns(TableColumns):
+    """Columns of ``signals``."""
+
     run_id = uuid_col()
     id = uuid_col()
     name = text_col()
@@ -230,19 +238,22 @@ class Signals(TypedTable):
     created_at = time_col(nullable=False, now_default=True)
     consumed_at = time_col()
     consumed_by: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
-    __table_args__ = (
-        PrimaryKeyConstraint("run_id", "id"),
-        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
-        # The decider's snapshot: a run's unconsumed signals.
-        Index("ix_signals_pending", "run_id", "id", postgresql_where=text("consumed_at IS NULL")),
-    )
-    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (run_id)"}
 
 
-class RunEvents(TypedTable):
-    """A run's history: (run_id, seq) gap-free, appended under the run's row lock."""
+Signals = SignalsColumns(
+    "signals",
+    PrimaryKeyConstraint("run_id", "id"),
+    ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    # The decider's snapshot: a run's unconsumed signals.
+    Index("ix_signals_pending", "run_id", "id", postgresql_where=text("consumed_at IS NULL")),
+    postgresql_partition_by="RANGE (run_id)",
+)
+"""Signals sent to a run, buffered until a wait consumes them, oldest first."""
 
-    __tablename__ = "run_events"
+
+class RunEventsColumns(TableColumns):
+    """Columns of ``run_events``."""
+
     run_id = uuid_col()
     seq: Column[int] = Column(BigInteger, nullable=False)
     type = text_col()
@@ -251,31 +262,37 @@ class RunEvents(TypedTable):
     attempt: Column[int | None] = Column(Integer, nullable=True)
     data = json_col()
     created_at = time_col(nullable=False, now_default=True)
-    __table_args__ = (
-        PrimaryKeyConstraint("run_id", "seq"),
-        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
-    )
-    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (run_id)"}
 
 
-class DecideQueue(TypedTable):
-    """Runs with something new to decide; the primary key collapses many wake-ups into one."""
+RunEvents = RunEventsColumns(
+    "run_events",
+    PrimaryKeyConstraint("run_id", "seq"),
+    ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    postgresql_partition_by="RANGE (run_id)",
+)
+"""A run's history: (run_id, seq) gap-free, appended under the run's row lock."""
 
-    __tablename__ = "decide_queue"
+
+class DecideQueueColumns(TableColumns):
+    """Columns of ``decide_queue``."""
+
     run_id = uuid_col()
     available_at = time_col(nullable=False, now_default=True)
     reason = text_col(nullable=True)
-    __table_args__ = (
-        PrimaryKeyConstraint("run_id"),
-        # The decider loop's claim: oldest available first.
-        Index(None, "available_at"),
-    )
 
 
-class TaskQueue(TypedTable):
-    """The narrow queue workers claim from; PARTITION BY HASH (queue), 8 ways."""
+DecideQueue = DecideQueueColumns(
+    "decide_queue",
+    PrimaryKeyConstraint("run_id"),
+    # The decider loop's claim: oldest available first.
+    Index(None, "available_at"),
+)
+"""Runs with something new to decide; the primary key collapses many wake-ups into one."""
 
-    __tablename__ = "task_queue"
+
+class TaskQueueColumns(TableColumns):
+    """Columns of ``task_queue``."""
+
     queue = text_col()
     task_id = uuid_col()
     run_id = uuid_col()
@@ -285,30 +302,33 @@ class TaskQueue(TypedTable):
     available_at = time_col(nullable=False, now_default=True)
     lease_owner = text_col(nullable=True)
     lease_expires_at = time_col()
-    __table_args__ = (
-        PrimaryKeyConstraint("queue", "task_id"),
-        # The worker loop's claim: unleased rows only, so leased work leaves the index.
-        Index(
-            "ix_task_queue_dequeue",
-            "queue",
-            text("priority DESC"),
-            "available_at",
-            postgresql_where=text("lease_expires_at IS NULL"),
-        ),
-        # The lease sweeper: leased rows by expiry.
-        Index(
-            "ix_task_queue_leased",
-            "lease_expires_at",
-            postgresql_where=text("lease_expires_at IS NOT NULL"),
-        ),
-    )
-    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "HASH (queue)"}
 
 
-class Timers(TypedTable):
-    """Sleeps, event timeouts and task timeouts; PARTITION BY RANGE (fire_at), daily."""
+TaskQueue = TaskQueueColumns(
+    "task_queue",
+    PrimaryKeyConstraint("queue", "task_id"),
+    # The worker loop's claim: unleased rows only, so leased work leaves the index.
+    Index(
+        "ix_task_queue_dequeue",
+        "queue",
+        text("priority DESC"),
+        "available_at",
+        postgresql_where=text("lease_expires_at IS NULL"),
+    ),
+    # The lease sweeper: leased rows by expiry.
+    Index(
+        "ix_task_queue_leased",
+        "lease_expires_at",
+        postgresql_where=text("lease_expires_at IS NOT NULL"),
+    ),
+    postgresql_partition_by="HASH (queue)",
+)
+"""The narrow queue workers claim from; PARTITION BY HASH (queue), 8 ways."""
 
-    __tablename__ = "timers"
+
+class TimersColumns(TableColumns):
+    """Columns of ``timers``."""
+
     fire_at = time_col(nullable=False)
     id = uuid_col()
     run_id = uuid_col()
@@ -317,36 +337,42 @@ class Timers(TypedTable):
     kind: Column[TimerKind] = enum_col(TimerKind)
     due_at = time_col(nullable=False)
     claimed_at = time_col()
-    __table_args__ = (
-        PrimaryKeyConstraint("fire_at", "id"),
-        enum_check("kind", TimerKind),
-        # The timer loop's claim: unclaimed timers by fire time.
-        Index("ix_timers_unclaimed", "fire_at", postgresql_where=text("claimed_at IS NULL")),
-    )
-    __table_kwargs__: ClassVar[dict[str, Any]] = {"postgresql_partition_by": "RANGE (fire_at)"}
 
 
-class IdempotencyKeys(TypedTable):
-    """Start idempotency; unpartitioned because a unique key on a partitioned table must
-    include the partition key, which a (namespace, key) pair cannot."""
+Timers = TimersColumns(
+    "timers",
+    PrimaryKeyConstraint("fire_at", "id"),
+    enum_check("kind", TimerKind),
+    # The timer loop's claim: unclaimed timers by fire time.
+    Index("ix_timers_unclaimed", "fire_at", postgresql_where=text("claimed_at IS NULL")),
+    postgresql_partition_by="RANGE (fire_at)",
+)
+"""Sleeps, event timeouts and task timeouts; PARTITION BY RANGE (fire_at), daily."""
 
-    __tablename__ = "idempotency_keys"
+
+class IdempotencyKeysColumns(TableColumns):
+    """Columns of ``idempotency_keys``."""
+
     namespace = text_col()
     key = text_col()
     run_id = uuid_col()
     created_at = time_col(nullable=False, now_default=True)
     expires_at = time_col(nullable=False)
-    __table_args__ = (
-        PrimaryKeyConstraint("namespace", "key"),
-        # The maintenance loop's pruning of expired keys.
-        Index(None, "expires_at"),
-    )
 
 
-class Outbox(TypedTable):
-    """Run lifecycle events for delivery to webhooks, with a dead letter."""
+IdempotencyKeys = IdempotencyKeysColumns(
+    "idempotency_keys",
+    PrimaryKeyConstraint("namespace", "key"),
+    # The maintenance loop's pruning of expired keys.
+    Index(None, "expires_at"),
+)
+"""Start idempotency; unpartitioned because a unique key on a partitioned table must
+    include the partition key, which a (namespace, key) pair cannot."""
 
-    __tablename__ = "outbox"
+
+class OutboxColumns(TableColumns):
+    """Columns of ``outbox``."""
+
     id: Column[int] = Column(BigInteger, Identity(always=False), nullable=False)
     run_id = uuid_col()
     event_type = text_col()
@@ -357,26 +383,35 @@ class Outbox(TypedTable):
     last_error = text_col(nullable=True)
     published_at = time_col()
     dead_lettered_at = time_col()
-    __table_args__ = (
-        PrimaryKeyConstraint("id"),
-        # The relay: deliverable rows only; published and dead-lettered rows leave the index.
-        Index(
-            "ix_outbox_deliverable",
-            "next_attempt_at",
-            "id",
-            postgresql_where=text("published_at IS NULL AND dead_lettered_at IS NULL"),
-        ),
-        Index(
-            "ix_outbox_dead_letter",
-            "dead_lettered_at",
-            postgresql_where=text("dead_lettered_at IS NOT NULL"),
-        ),
-    )
 
 
-class SchemaVersion(TypedTable):
-    """Legato's own migration version table (never the host's ``alembic_version``)."""
+Outbox = OutboxColumns(
+    "outbox",
+    PrimaryKeyConstraint("id"),
+    # The relay: deliverable rows only; published and dead-lettered rows leave the index.
+    Index(
+        "ix_outbox_deliverable",
+        "next_attempt_at",
+        "id",
+        postgresql_where=text("published_at IS NULL AND dead_lettered_at IS NULL"),
+    ),
+    Index(
+        "ix_outbox_dead_letter",
+        "dead_lettered_at",
+        postgresql_where=text("dead_lettered_at IS NOT NULL"),
+    ),
+)
+"""Run lifecycle events for delivery to webhooks, with a dead letter."""
 
-    __tablename__ = "legato_version"
+
+class SchemaVersionColumns(TableColumns):
+    """Columns of ``legato_version``."""
+
     version_num: Column[str] = Column(String(32), nullable=False)
-    __table_args__ = (PrimaryKeyConstraint("version_num"),)
+
+
+SchemaVersion = SchemaVersionColumns(
+    "legato_version",
+    PrimaryKeyConstraint("version_num"),
+)
+"""Legato's own migration version table (never the host's ``alembic_version``)."""

@@ -1,0 +1,5 @@
+import sys
+
+from legato.cli import main
+
+sys.exit(main())
