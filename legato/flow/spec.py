@@ -17,8 +17,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-from legato.schema.enums import NodeKind
-
 SPEC_FORMAT = 1
 INPUT_NODE_ID = "$input"
 HANDLER_NODE_ID = "$on_failure"
@@ -28,6 +26,18 @@ JsonScalar = str | int | float | bool | None
 
 class SpecError(ValueError):
     """A workflow that cannot be compiled; the message names the workflow and the node."""
+
+
+class FailureInfo(BaseModel):
+    """What a workflow's failure handler receives: the node that failed for good, and why."""
+
+    workflow: str
+    node_id: str
+    iteration: int
+    attempt: int
+    error_type: str
+    message: str
+    input: JsonValue = None
 
 
 class _Spec(BaseModel):
@@ -139,16 +149,6 @@ NodeSpec = Annotated[
     Field(discriminator="kind"),
 ]
 
-NODE_KINDS: Mapping[str, NodeKind] = {
-    "task": NodeKind.TASK,
-    "sleep": NodeKind.SLEEP,
-    "event": NodeKind.EVENT,
-    "switch": NodeKind.SWITCH,
-    "first_of": NodeKind.JOIN,
-    "map": NodeKind.MAP,
-    "child": NodeKind.CHILD,
-}
-
 DEFAULT_CASE = "default"
 
 
@@ -188,7 +188,9 @@ class WorkflowSpec(_Spec):
     def event_schemas(self, event: str) -> tuple[dict[str, JsonValue], ...]:
         """JSON schemas of the payloads the waits for ``event`` accept."""
         return tuple(
-            n.payload_schema for n in self.nodes if isinstance(n, EventNodeSpec) and n.event == event
+            n.payload_schema
+            for n in self.nodes
+            if isinstance(n, EventNodeSpec) and n.event == event
         )
 
 
@@ -216,12 +218,16 @@ def check_spec(spec: WorkflowSpec) -> None:
         if node.guard is not None:
             sw = by_id.get(node.guard.switch)
             if not isinstance(sw, SwitchNodeSpec):
-                raise SpecError(f"{where}: node {node.id!r} is guarded by {node.guard.switch!r}, "
-                                "which is not a switch")
+                raise SpecError(
+                    f"{where}: node {node.id!r} is guarded by {node.guard.switch!r}, "
+                    "which is not a switch"
+                )
             labels = {c.label for c in sw.cases} | ({DEFAULT_CASE} if sw.has_default else set())
             if node.guard.case not in labels:
-                raise SpecError(f"{where}: node {node.id!r} is guarded by unknown case "
-                                f"{node.guard.case!r} of switch {sw.id!r}")
+                raise SpecError(
+                    f"{where}: node {node.id!r} is guarded by unknown case "
+                    f"{node.guard.case!r} of switch {sw.id!r}"
+                )
         if isinstance(node, TaskNodeSpec | MapNodeSpec) and node.task not in spec.tasks:
             raise SpecError(f"{where}: node {node.id!r} uses unknown task {node.task!r}")
         if isinstance(node, MapNodeSpec) and len(node.inputs) != 1:

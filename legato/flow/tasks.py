@@ -69,6 +69,12 @@ class Retry:
         )
 
 
+def adapter_for(tp: object) -> TypeAdapter[object]:
+    """A TypeAdapter for a runtime annotation (a class, ``list[X]``, a union...)."""
+    # Annotations read at runtime are plain objects; pydantic validates them itself.
+    return TypeAdapter(typing.cast("type[object]", tp))
+
+
 def _seconds(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
@@ -97,8 +103,8 @@ class TaskDefinition:
         self.start_to_close = start_to_close
         self.heartbeat = heartbeat
         self.param_types, self.return_type = _inspect_task(fn)
-        self._params = tuple(TypeAdapter[object](t) for t in self.param_types)
-        self._result = TypeAdapter[object](self.return_type)
+        self._params = tuple(adapter_for(t) for t in self.param_types)
+        self._result = adapter_for(self.return_type)
         self.spec = TaskSpec(
             name=name,
             queue=queue,
@@ -123,7 +129,8 @@ class TaskDefinition:
                 f"task {self.name!r} takes {self.arity} argument(s) as a JSON list, got {args!r}"
             )
         try:
-            return [adapter.validate_python(arg) for adapter, arg in zip(self._params, args, strict=True)]
+            pairs = zip(self._params, args, strict=True)
+            return [adapter.validate_python(arg) for adapter, arg in pairs]
         except ValueError as exc:
             raise TaskArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from exc
 
@@ -198,10 +205,10 @@ def _inspect_task(fn: Callable[..., object]) -> tuple[tuple[object, ...], object
         types.append(hints[p.name])
     if "return" not in hints or hints["return"] is typing.Any:
         raise TaskDefinitionError(f"task {label}: needs a return type annotation")
-    for what, tp in [*((f"parameter {p.name!r}", t) for p, t in zip(params[1:], types, strict=True)),
-                     ("return type", hints["return"])]:
+    checks = [(f"parameter {p.name!r}", t) for p, t in zip(params[1:], types, strict=True)]
+    for what, tp in [*checks, ("return type", hints["return"])]:
         try:
-            TypeAdapter[object](tp).json_schema(mode="serialization")
+            adapter_for(tp).json_schema(mode="serialization")
         except Exception as exc:
             raise TaskDefinitionError(
                 f"task {label}: {what} {tp!r} cannot be serialised to JSON: {exc}"
@@ -213,9 +220,15 @@ def _inspect_task(fn: Callable[..., object]) -> tuple[tuple[object, ...], object
     return tuple(types), hints["return"]
 
 
+@dataclass(frozen=True)
 class _TaskDecorator:
-    def __init__(self, **options: object) -> None:
-        self._options = options
+    name: str | None
+    queue: str
+    retry: Retry
+    schedule_to_start: timedelta | None
+    start_to_close: timedelta | None
+    heartbeat: timedelta | None
+    priority: int
 
     @overload
     def __call__(self, fn: Callable[[TaskContext], Awaitable[R]], /) -> Task0[R]: ...
@@ -238,32 +251,22 @@ class _TaskDecorator:
         self, fn: Callable[[TaskContext, A1, A2, A3, A4, A5], Awaitable[R]], /
     ) -> Task5[A1, A2, A3, A4, A5, R]: ...
     def __call__(self, fn: Callable[..., Awaitable[object]], /) -> TaskDefinition:
-        o = self._options
-        name = o["name"] if isinstance(o["name"], str) else getattr(fn, "__name__", "")
+        name = self.name or getattr(fn, "__name__", "")
         if not name:
             raise TaskDefinitionError(f"task {fn!r}: needs a name")
         # Arity decides the class; the overloads above give mypy the precise type.
         arity = len(inspect.signature(fn).parameters) - 1
         cls = _CLASSES[arity] if 0 <= arity < len(_CLASSES) else TaskDefinition
-        retry = o["retry"]
-        assert isinstance(retry, Retry)
-        queue, priority = o["queue"], o["priority"]
-        assert isinstance(queue, str) and isinstance(priority, int)
         return cls(
             fn,
             name=name,
-            queue=queue,
-            priority=priority,
-            retry=retry,
-            schedule_to_start=_td(o["schedule_to_start"]),
-            start_to_close=_td(o["start_to_close"]),
-            heartbeat=_td(o["heartbeat"]),
+            queue=self.queue,
+            priority=self.priority,
+            retry=self.retry,
+            schedule_to_start=self.schedule_to_start,
+            start_to_close=self.start_to_close,
+            heartbeat=self.heartbeat,
         )
-
-
-def _td(value: object) -> timedelta | None:
-    assert value is None or isinstance(value, timedelta)
-    return value
 
 
 def task(

@@ -216,3 +216,16 @@ def task_id_for(run_id: uuid.UUID, node_id: str, iteration: int, attempt: int) -
 def timer_id_for(task_id: uuid.UUID, kind: TimerKind) -> uuid.UUID:
     """The id of the ``kind`` timer guarding ``task_id``."""
     return uuid.uuid5(_TASK_NAMESPACE, f"{task_id}/{kind.value}")
+
+
+def child_run_id_for(run_id: uuid.UUID, node_id: str, iteration: int, attempt: int) -> uuid.UUID:
+    """The id of a CHILD task row, which is also the child run's id.
+
+    Deterministic like ``task_id_for``, but shaped as a UUIDv7 carrying the parent
+    run's timestamp, so the child run lands in the parent's ``runs`` partition.
+    """
+    digest = uuid.uuid5(_TASK_NAMESPACE, f"child/{run_id}/{node_id}/{iteration}/{attempt}").bytes
+    raw = bytearray(run_id.bytes[:6] + digest[6:])
+    raw[6] = 0x70 | (raw[6] & 0x0F)  # version 7
+    raw[8] = 0x80 | (raw[8] & 0x3F)  # RFC 4122 variant
+    return uuid.UUID(bytes=bytes(raw))

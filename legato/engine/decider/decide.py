@@ -1,0 +1,654 @@
+"""The pure decider: ``decide(spec, snapshot, now) -> list[Action]``.
+
+No I/O, no clock, no randomness: the same spec, snapshot and ``now`` always give
+the same actions, and deciding again after applying them gives nothing new.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from pydantic import JsonValue
+
+from legato.engine.decider.backoff import retry_delay, retry_seed
+from legato.engine.decider.model import (
+    Action,
+    AppendEvent,
+    ArmTimer,
+    BufferedSignal,
+    CancelChildRun,
+    ConsumeSignal,
+    CreateTask,
+    EnqueueTask,
+    FinishRun,
+    MarkObserved,
+    ResolveTask,
+    RunSnapshot,
+    StartChildRun,
+    TaskError,
+    TaskRecord,
+    child_run_id_for,
+    task_id_for,
+    timer_id_for,
+)
+from legato.flow.spec import (
+    DEFAULT_CASE,
+    HANDLER_NODE_ID,
+    INPUT_NODE_ID,
+    ChildNodeSpec,
+    EventNodeSpec,
+    FailureInfo,
+    FirstOfNodeSpec,
+    JsonScalar,
+    MapNodeSpec,
+    NodeSpec,
+    SleepNodeSpec,
+    SwitchNodeSpec,
+    TaskNodeSpec,
+    WorkflowSpec,
+    topological_order,
+)
+from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
+
+NODE_KINDS: Mapping[str, NodeKind] = {
+    "task": NodeKind.TASK,
+    "sleep": NodeKind.SLEEP,
+    "event": NodeKind.EVENT,
+    "switch": NodeKind.SWITCH,
+    "first_of": NodeKind.JOIN,
+    "map": NodeKind.MAP,
+    "child": NodeKind.CHILD,
+}
+
+
+class DeciderError(Exception):
+    """The snapshot does not fit the spec (a bug or a corrupted run), never user data."""
+
+
+class UnknownNodeError(DeciderError):
+    """A task row names a node the run's workflow version does not have."""
+
+
+class Status(enum.Enum):
+    PENDING = "pending"  # not started: waiting for dependencies
+    LIVE = "live"  # work in flight (an attempt, a wait, a retry, map elements)
+    DONE = "done"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class _Row:
+    task_id: uuid.UUID
+    node_id: str
+    iteration: int
+    attempt: int
+    kind: NodeKind
+    state: TaskState
+    output: JsonValue = None
+    error: TaskError | None = None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    row: _Row
+    error: TaskError
+
+
+_RETRYABLE_KINDS = frozenset({NodeKind.TASK, NodeKind.MAP, NodeKind.HANDLER})
+_FAILED_STATES = frozenset({TaskState.FAILED, TaskState.TIMED_OUT})
+
+
+def decide(spec: WorkflowSpec, snapshot: RunSnapshot, now: datetime) -> list[Action]:
+    """Decide what happens next in one run. Pure: see the module docstring."""
+    return _Decision(spec, snapshot, now).run()
+
+
+def _json_equal(a: JsonValue, b: JsonScalar) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+class _Decision:
+    def __init__(self, spec: WorkflowSpec, snapshot: RunSnapshot, now: datetime) -> None:
+        self.spec = spec
+        self.snap = snapshot
+        self.now = now
+        self.order = topological_order(spec)
+        self.index = {n.id: i for i, n in enumerate(spec.nodes)}
+        self.actions: list[Action] = []
+        self.observed: list[uuid.UUID] = []
+        self.signals: list[BufferedSignal] = list(snapshot.signals)
+        self.status: dict[str, tuple[Status, JsonValue]] = {
+            INPUT_NODE_ID: (Status.DONE, snapshot.input)
+        }
+        # Latest attempt per (node, iteration).
+        self.rows: dict[tuple[str, int], _Row] = {}
+        known = set(self.index)
+        if spec.on_failure is not None:
+            known.add(HANDLER_NODE_ID)
+        for rec in snapshot.tasks:
+            if rec.node_id not in known:
+                raise UnknownNodeError(
+                    f"run {snapshot.run_id}: task {rec.task_id} names node {rec.node_id!r}, "
+                    f"which workflow {spec.name!r} does not have"
+                )
+            key = (rec.node_id, rec.iteration)
+            cur = self.rows.get(key)
+            if cur is None or rec.attempt > cur.attempt:
+                self.rows[key] = _Row(
+                    rec.task_id,
+                    rec.node_id,
+                    rec.iteration,
+                    rec.attempt,
+                    rec.kind,
+                    rec.state,
+                    rec.output,
+                    rec.error,
+                )
+
+    # -- driver --------------------------------------------------------------------
+
+    def run(self) -> list[Action]:
+        self._observe(self.snap.tasks)
+        if self.snap.status is RunStatus.RUNNING:
+            if self.snap.cancel_requested:
+                self._cancel_live()
+                self._event("run_cancelled")
+                self._emit(FinishRun(status=RunStatus.CANCELLED))
+            else:
+                self._decide_running()
+        if self.observed:
+            self._emit(MarkObserved(task_ids=tuple(self.observed)))
+        return self.actions
+
+    def _decide_running(self) -> None:
+        failure = self._find_failure()
+        if failure is None:
+            for node in self.order:
+                self.status[node.id] = self._evaluate(node)
+            failure = self._find_failure()
+        if failure is not None:
+            self._fail(failure)
+            return
+        if all(self.status[n.id][0] in (Status.DONE, Status.SKIPPED) for n in self.spec.nodes):
+            state, output = self.status[self.spec.output]
+            if state is Status.DONE:
+                self._event("run_succeeded", data={"output": output})
+                self._emit(FinishRun(status=RunStatus.SUCCEEDED, output=output))
+            else:
+                error = TaskError(
+                    type="OutputSkipped",
+                    message=f"the output node {self.spec.output!r} was skipped",
+                    retryable=False,
+                )
+                self._event("run_failed", data={"error": error.model_dump(mode="json")})
+                self._emit(FinishRun(status=RunStatus.FAILED, error=error))
+
+    # -- emitting ------------------------------------------------------------------
+
+    def _emit(self, action: Action) -> None:
+        self.actions.append(action)
+
+    def _event(
+        self,
+        type: str,
+        row: _Row | None = None,
+        *,
+        node_id: str | None = None,
+        data: JsonValue = None,
+    ) -> None:
+        if row is not None:
+            self._emit(
+                AppendEvent(
+                    type=type,
+                    node_id=row.node_id,
+                    iteration=row.iteration,
+                    attempt=row.attempt,
+                    data=data,
+                )
+            )
+        else:
+            self._emit(AppendEvent(type=type, node_id=node_id, data=data))
+
+    def _observe(self, records: Iterable[TaskRecord]) -> None:
+        pending = [r for r in records if not r.observed and not r.state.active]
+        pending.sort(
+            key=lambda r: (
+                r.finished_at or r.created_at,
+                self.index.get(r.node_id, len(self.index)),
+                r.iteration,
+                r.attempt,
+            )
+        )
+        for rec in pending:
+            data: dict[str, JsonValue] = (
+                {"output": rec.output} if rec.state is TaskState.COMPLETED else {}
+            )
+            if rec.error is not None:
+                data["error"] = rec.error.model_dump(mode="json")
+            self._emit(
+                AppendEvent(
+                    type=f"task_{rec.state.value.lower()}",
+                    node_id=rec.node_id,
+                    iteration=rec.iteration,
+                    attempt=rec.attempt,
+                    data=data,
+                )
+            )
+            self.observed.append(rec.task_id)
+
+    def _create(
+        self,
+        node_id: str,
+        iteration: int,
+        attempt: int,
+        kind: NodeKind,
+        state: TaskState,
+        **fields: JsonValue | TaskError | datetime | None,
+    ) -> _Row:
+        id_for = child_run_id_for if kind is NodeKind.CHILD else task_id_for
+        task_id = id_for(self.snap.run_id, node_id, iteration, attempt)
+        action = CreateTask.model_validate(
+            {
+                "task_id": task_id,
+                "node_id": node_id,
+                "iteration": iteration,
+                "attempt": attempt,
+                "kind": kind,
+                "state": state,
+                **fields,
+            }
+        )
+        self._emit(action)
+        row = _Row(task_id, node_id, iteration, attempt, kind, state, action.output, action.error)
+        self.rows[(node_id, iteration)] = row
+        if not state.active:
+            self.observed.append(task_id)
+        return row
+
+    def _resolve(self, row: _Row, state: TaskState, output: JsonValue = None) -> _Row:
+        self._emit(
+            ResolveTask(task_id=row.task_id, attempt=row.attempt, state=state, output=output)
+        )
+        new = replace(row, state=state, output=output)
+        self.rows[(row.node_id, row.iteration)] = new
+        self.observed.append(row.task_id)
+        return new
+
+    def _timer(self, row: _Row, kind: TimerKind, fire_at: datetime) -> None:
+        self._emit(
+            ArmTimer(
+                timer_id=timer_id_for(row.task_id, kind),
+                task_id=row.task_id,
+                attempt=row.attempt,
+                kind=kind,
+                fire_at=fire_at,
+            )
+        )
+
+    def _start_attempt(
+        self,
+        node_id: str,
+        iteration: int,
+        attempt: int,
+        kind: NodeKind,
+        task_name: str,
+        args: JsonValue,
+        available_at: datetime,
+    ) -> _Row:
+        task = self.spec.tasks[task_name]
+        row = self._create(
+            node_id,
+            iteration,
+            attempt,
+            kind,
+            TaskState.QUEUED,
+            task_name=task_name,
+            queue=task.queue,
+            input=args,
+            available_at=available_at,
+        )
+        self._emit(
+            EnqueueTask(
+                task_id=row.task_id,
+                task_name=task_name,
+                queue=task.queue,
+                attempt=attempt,
+                priority=task.priority,
+                available_at=available_at,
+            )
+        )
+        sts = task.timeouts.schedule_to_start
+        stc = task.timeouts.start_to_close
+        if sts is not None:
+            self._timer(row, TimerKind.SCHEDULE_TO_START, available_at + timedelta(seconds=sts))
+        if stc is not None:
+            # Latest possible close: it cannot start later than its schedule-to-start bound.
+            latest_start = available_at + timedelta(seconds=sts or 0)
+            self._timer(row, TimerKind.START_TO_CLOSE, latest_start + timedelta(seconds=stc))
+        self._event(
+            "task_scheduled" if attempt == 1 else "retry_scheduled",
+            row,
+            data={"task": task_name, "available_at": available_at.isoformat()},
+        )
+        return row
+
+    def _retry(self, row: _Row, task_name: str, args: JsonValue) -> _Row:
+        policy = self.spec.tasks[task_name].retry
+        delay = retry_delay(
+            policy,
+            row.attempt,
+            retry_seed(self.snap.run_id, row.node_id, row.iteration, row.attempt),
+        )
+        return self._start_attempt(
+            row.node_id, row.iteration, row.attempt + 1, row.kind, task_name, args, self.now + delay
+        )
+
+    def _cancel_live(self, keep: frozenset[str] = frozenset()) -> None:
+        live = [r for r in self.rows.values() if r.state.active and r.node_id not in keep]
+        live.sort(key=lambda r: (self.index.get(r.node_id, len(self.index)), r.iteration))
+        for row in live:
+            self._resolve(row, TaskState.CANCELLED)
+            if row.kind is NodeKind.CHILD:
+                self._emit(CancelChildRun(run_id=row.task_id))
+            self._event("task_cancelled", row)
+
+    # -- failures ------------------------------------------------------------------
+
+    def _can_retry(self, row: _Row, task_name: str | None) -> bool:
+        if task_name is None or row.kind not in _RETRYABLE_KINDS or row.state not in _FAILED_STATES:
+            return False
+        if row.state is TaskState.FAILED and row.error is not None and not row.error.retryable:
+            return False
+        return row.attempt < self.spec.tasks[task_name].retry.attempts
+
+    def _task_name(self, node_id: str) -> str | None:
+        if node_id == HANDLER_NODE_ID:
+            return self.spec.on_failure
+        node = self.spec.nodes[self.index[node_id]]
+        return node.task if isinstance(node, TaskNodeSpec | MapNodeSpec) else None
+
+    def _is_failure(self, row: _Row) -> bool:
+        if row.state is TaskState.CANCELLED:
+            return True
+        if row.state not in _FAILED_STATES:
+            return False
+        node = self.spec.nodes[self.index[row.node_id]]
+        if isinstance(node, EventNodeSpec) and row.state is TaskState.TIMED_OUT:
+            return not node.has_default
+        return not self._can_retry(row, self._task_name(row.node_id))
+
+    def _find_failure(self) -> _Failure | None:
+        """The first failed-for-good node in spec order; a real failure beats a cancellation."""
+        candidates = sorted(
+            (r for r in self.rows.values() if r.node_id != HANDLER_NODE_ID and self._is_failure(r)),
+            key=lambda r: (r.state is TaskState.CANCELLED, self.index[r.node_id], r.iteration),
+        )
+        if not candidates:
+            return None
+        row = candidates[0]
+        error = row.error or TaskError(
+            type="TimedOut" if row.state is TaskState.TIMED_OUT else "Cancelled",
+            message=f"node {row.node_id!r} {row.state.value.lower().replace('_', ' ')}",
+            retryable=False,
+        )
+        return _Failure(row, error)
+
+    def _fail(self, failure: _Failure) -> None:
+        handler = self.spec.on_failure
+        error = failure.error
+        if handler is None:
+            self._cancel_live()
+            self._event(
+                "run_failed",
+                data={"node_id": failure.row.node_id, "error": error.model_dump(mode="json")},
+            )
+            self._emit(FinishRun(status=RunStatus.FAILED, error=error))
+            return
+        self._cancel_live(keep=frozenset({HANDLER_NODE_ID}))
+        info = FailureInfo(
+            workflow=self.spec.name,
+            node_id=failure.row.node_id,
+            iteration=failure.row.iteration,
+            attempt=failure.row.attempt,
+            error_type=error.type,
+            message=error.message,
+            input=self.snap.input,
+        )
+        args: JsonValue = [info.model_dump(mode="json")]
+        row = self.rows.get((HANDLER_NODE_ID, 0))
+        if row is None:
+            self._start_attempt(HANDLER_NODE_ID, 0, 1, NodeKind.HANDLER, handler, args, self.now)
+            return
+        if row.state.active:
+            return
+        if self._can_retry(row, handler):
+            self._retry(row, handler, args)
+            return
+        if row.state is not TaskState.COMPLETED:
+            self._event("failure_handler_failed", row)
+        self._event(
+            "run_failed",
+            data={"node_id": failure.row.node_id, "error": error.model_dump(mode="json")},
+        )
+        self._emit(FinishRun(status=RunStatus.FAILED, error=error))
+
+    # -- node evaluation -----------------------------------------------------------
+
+    def _output(self, node_id: str) -> JsonValue:
+        return self.status[node_id][1]
+
+    def _gate(self, node: NodeSpec) -> Status:
+        """DONE when the node may start, SKIPPED when it never will, else PENDING."""
+        if node.guard is not None:
+            sw_state, chosen = self.status[node.guard.switch]
+            if sw_state is Status.SKIPPED:
+                return Status.SKIPPED
+            if sw_state is not Status.DONE:
+                return Status.PENDING
+            if chosen != node.guard.case:
+                return Status.SKIPPED
+        states = [self.status[d][0] for d in (*node.inputs, *node.after)]
+        if Status.SKIPPED in states:
+            return Status.SKIPPED
+        if all(s is Status.DONE for s in states):
+            return Status.DONE
+        return Status.PENDING
+
+    def _skip(self, node: NodeSpec) -> tuple[Status, JsonValue]:
+        row = self._create(node.id, 0, 1, NODE_KINDS[node.kind], TaskState.SKIPPED)
+        self._event("node_skipped", row)
+        return (Status.SKIPPED, None)
+
+    def _evaluate(self, node: NodeSpec) -> tuple[Status, JsonValue]:
+        row = self.rows.get((node.id, 0))
+        if row is not None and row.state is TaskState.SKIPPED:
+            return (Status.SKIPPED, None)
+        if isinstance(node, FirstOfNodeSpec):
+            return self._first_of(node, row)
+        if isinstance(node, MapNodeSpec):
+            return self._map(node)
+        if row is None:
+            gate = self._gate(node)
+            if gate is Status.SKIPPED:
+                return self._skip(node)
+            if gate is Status.PENDING:
+                return (Status.PENDING, None)
+            return self._start(node)
+        return self._progress(node, row)
+
+    def _start(self, node: NodeSpec) -> tuple[Status, JsonValue]:
+        kind = NODE_KINDS[node.kind]
+        if isinstance(node, TaskNodeSpec):
+            args: JsonValue = [self._output(i) for i in node.inputs]
+            self._start_attempt(node.id, 0, 1, kind, node.task, args, self.now)
+            return (Status.LIVE, None)
+        if isinstance(node, SleepNodeSpec):
+            row = self._create(node.id, 0, 1, kind, TaskState.WAITING)
+            self._timer(row, TimerKind.SLEEP, self.now + timedelta(seconds=node.seconds))
+            self._event("sleep_started", row, data={"seconds": node.seconds})
+            return (Status.LIVE, None)
+        if isinstance(node, EventNodeSpec):
+            signal = self._take_signal(node.event)
+            if signal is not None:
+                row = self._create(
+                    node.id,
+                    0,
+                    1,
+                    kind,
+                    TaskState.COMPLETED,
+                    event_name=node.event,
+                    output=signal.payload,
+                )
+                self._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
+                self._event(
+                    "event_received",
+                    row,
+                    data={"event": node.event, "signal_id": str(signal.signal_id)},
+                )
+                return (Status.DONE, signal.payload)
+            row = self._create(node.id, 0, 1, kind, TaskState.WAITING, event_name=node.event)
+            if node.timeout is not None:
+                self._timer(
+                    row, TimerKind.EVENT_TIMEOUT, self.now + timedelta(seconds=node.timeout)
+                )
+            self._event("event_wait_started", row, data={"event": node.event})
+            return (Status.LIVE, None)
+        if isinstance(node, SwitchNodeSpec):
+            value = self._output(node.inputs[0])
+            if node.field is not None:
+                value = value.get(node.field) if isinstance(value, dict) else None
+            label: str | None = next(
+                (c.label for c in node.cases if _json_equal(value, c.value)),
+                DEFAULT_CASE if node.has_default else None,
+            )
+            row = self._create(node.id, 0, 1, kind, TaskState.COMPLETED, output=label)
+            self._event("switch_decided", row, data={"value": value, "case": label})
+            return (Status.DONE, label)
+        if isinstance(node, ChildNodeSpec):
+            child_input = self._output(node.inputs[0])
+            row = self._create(node.id, 0, 1, kind, TaskState.WAITING, input=child_input)
+            self._emit(
+                StartChildRun(task_id=row.task_id, workflow_name=node.workflow, input=child_input)
+            )
+            self._event(
+                "child_started", row, data={"workflow": node.workflow, "run_id": str(row.task_id)}
+            )
+            return (Status.LIVE, None)
+        raise DeciderError(f"cannot start node {node.id!r} of kind {node.kind!r}")
+
+    def _progress(self, node: NodeSpec, row: _Row) -> tuple[Status, JsonValue]:
+        if row.state is TaskState.COMPLETED:
+            return (Status.DONE, row.output)
+        if isinstance(node, EventNodeSpec):
+            if row.state is TaskState.WAITING:
+                signal = self._take_signal(node.event)
+                if signal is None:
+                    return (Status.LIVE, None)
+                self._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
+                self._resolve(row, TaskState.COMPLETED, signal.payload)
+                self._event(
+                    "event_received",
+                    row,
+                    data={"event": node.event, "signal_id": str(signal.signal_id)},
+                )
+                return (Status.DONE, signal.payload)
+            if row.state is TaskState.TIMED_OUT and node.has_default:
+                return (Status.DONE, node.default)
+        if row.state.active:
+            return (Status.LIVE, None)
+        if isinstance(node, TaskNodeSpec) and self._can_retry(row, node.task):
+            args: JsonValue = [self._output(i) for i in node.inputs]
+            self._retry(row, node.task, args)
+            return (Status.LIVE, None)
+        return (Status.FAILED, None)
+
+    def _take_signal(self, event: str) -> BufferedSignal | None:
+        for i, signal in enumerate(self.signals):
+            if signal.name == event:
+                del self.signals[i]
+                return signal
+        return None
+
+    def _first_of(self, node: FirstOfNodeSpec, row: _Row | None) -> tuple[Status, JsonValue]:
+        if row is not None:
+            return (
+                (Status.DONE, row.output)
+                if row.state is TaskState.COMPLETED
+                else (Status.FAILED, None)
+            )
+        if node.guard is not None:
+            gate = self._gate(node.model_copy(update={"inputs": ()}))
+            if gate is Status.SKIPPED:
+                return self._skip(node)
+            if gate is Status.PENDING:
+                return (Status.PENDING, None)
+        for dep in node.after:
+            if self.status[dep][0] is not Status.DONE:
+                return (
+                    self._skip(node)
+                    if self.status[dep][0] is Status.SKIPPED
+                    else (Status.PENDING, None)
+                )
+        states = [self.status[i] for i in node.inputs]
+        for i, (state, output) in zip(node.inputs, states, strict=True):
+            if state is Status.DONE:
+                new = self._create(node.id, 0, 1, NodeKind.JOIN, TaskState.COMPLETED, output=output)
+                self._event("first_of_chosen", new, data={"input": i})
+                return (Status.DONE, output)
+        if all(s is Status.SKIPPED for s, _ in states):
+            return self._skip(node)
+        return (Status.PENDING, None)
+
+    def _map(self, node: MapNodeSpec) -> tuple[Status, JsonValue]:
+        rows = {it: r for (nid, it), r in self.rows.items() if nid == node.id}
+        if not rows:
+            gate = self._gate(node)
+            if gate is Status.SKIPPED:
+                return self._skip(node)
+            if gate is Status.PENDING:
+                return (Status.PENDING, None)
+        items = self._output(node.inputs[0])
+        if not isinstance(items, list):
+            error = TaskError(
+                type="MapInputError",
+                message=f"map node {node.id!r} needs a list input, got {type(items).__name__}",
+                retryable=False,
+            )
+            bad = self._create(node.id, 0, 1, NodeKind.MAP, TaskState.FAILED, error=error)
+            self._event("task_failed", bad, data={"error": error.model_dump(mode="json")})
+            return (Status.FAILED, None)
+        limit = node.max_concurrency or len(items)
+        live = 0
+        outputs: list[JsonValue] = []
+        failed = False
+        to_start: list[int] = []
+        for i, item in enumerate(items):
+            element = rows.get(i)
+            if element is None:
+                to_start.append(i)
+            elif element.state is TaskState.COMPLETED:
+                outputs.append(element.output)
+            elif element.state.active:
+                live += 1
+            elif self._can_retry(element, node.task):
+                self._retry(element, node.task, [item])
+                live += 1
+            else:
+                failed = True
+        if failed:
+            return (Status.FAILED, None)
+        for i in to_start:
+            if live >= limit:
+                break
+            self._start_attempt(node.id, i, 1, NodeKind.MAP, node.task, [items[i]], self.now)
+            live += 1
+        if len(outputs) == len(items):
+            return (Status.DONE, outputs)
+        return (Status.LIVE, None)

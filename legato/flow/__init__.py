@@ -1,0 +1,74 @@
+"""The typed workflow builder users write against.
+
+```python
+@task(retry=Retry(attempts=5))
+async def create_user(ctx: TaskContext, signup: Signup) -> User: ...
+
+@workflow("signup")
+def signup(flow: Flow[Signup]) -> Node[Active]:
+    user = flow.run(create_user, flow.input)
+    ...
+```
+"""
+
+from legato.flow.builder import (
+    MISSING,
+    App,
+    FailureInfo,
+    Flow,
+    InputValidationError,
+    Node,
+    Switch,
+    UnknownEventError,
+    Workflow,
+    WorkflowDefinition,
+    workflow,
+)
+from legato.flow.spec import (
+    SpecError,
+    VersionDecision,
+    WorkflowSpec,
+    resolve_version,
+)
+from legato.flow.tasks import (
+    Retry,
+    Task0,
+    Task1,
+    Task2,
+    Task3,
+    Task4,
+    Task5,
+    TaskArgumentsError,
+    TaskDefinition,
+    TaskDefinitionError,
+    task,
+)
+
+__all__ = [
+    "MISSING",
+    "App",
+    "FailureInfo",
+    "Flow",
+    "InputValidationError",
+    "Node",
+    "Retry",
+    "SpecError",
+    "Switch",
+    "Task0",
+    "Task1",
+    "Task2",
+    "Task3",
+    "Task4",
+    "Task5",
+    "TaskArgumentsError",
+    "TaskDefinition",
+    "TaskDefinitionError",
+    "UnknownEventError",
+    "VersionDecision",
+    "Workflow",
+    "WorkflowDefinition",
+    "WorkflowSpec",
+    "resolve_version",
+    "task",
+    "workflow",
+]
