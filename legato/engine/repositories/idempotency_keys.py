@@ -1,0 +1,50 @@
+"""``idempotency_keys``: start idempotency, unpartitioned (see docs/schema.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.schema import IdempotencyKeys
+
+
+async def claim(
+    conn: AsyncConnection, namespace: str, key: str, run_id: uuid.UUID, expires_at: datetime
+) -> uuid.UUID | None:
+    """Record ``key`` for ``run_id`` (Client.start). Returns the run id already holding
+    the key, or None when this call took it. Concurrent starts with one key wait on the
+    primary key's unique check, so exactly one run is created."""
+    inserted = await conn.execute(
+        insert(IdempotencyKeys.table)
+        .values(namespace=namespace, key=key, run_id=run_id, expires_at=expires_at)
+        .on_conflict_do_nothing(index_elements=[IdempotencyKeys.namespace, IdempotencyKeys.key])
+        .returning(IdempotencyKeys.run_id)
+    )
+    if inserted.first() is not None:
+        return None
+    existing = await conn.execute(
+        select(IdempotencyKeys.run_id).where(
+            IdempotencyKeys.namespace == namespace, IdempotencyKeys.key == key
+        )
+    )
+    return existing.scalar_one()
+
+
+async def prune(conn: AsyncConnection, limit: int = 10_000) -> int:
+    """Delete expired keys (maintenance in the decider process). Served by
+    ``ix_idempotency_keys_expires_at``."""
+    expired = (
+        select(IdempotencyKeys.namespace, IdempotencyKeys.key)
+        .where(IdempotencyKeys.expires_at < func.now())
+        .limit(limit)
+    )
+    result = await conn.execute(
+        delete(IdempotencyKeys.table)
+        .where(tuple_(IdempotencyKeys.namespace, IdempotencyKeys.key).in_(expired))
+        .returning(IdempotencyKeys.key)
+    )
+    return len(result.all())

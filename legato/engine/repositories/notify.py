@@ -1,0 +1,44 @@
+"""NOTIFY channels: hints that wake a loop early. Every loop also polls, so a lost
+notification delays work, it never loses it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.schema import SCHEMA_PLACEHOLDER
+
+
+def schema_of(conn: AsyncConnection) -> str:
+    """The real schema name the connection's engine maps ``legato`` to."""
+    mapping = (
+        conn.sync_connection.get_execution_options().get("schema_translate_map") or {}
+        if conn.sync_connection
+        else {}
+    )
+    return str(mapping.get(SCHEMA_PLACEHOLDER, SCHEMA_PLACEHOLDER))
+
+
+def decide_channel(schema: str) -> str:
+    return f"{schema}_decide_v1"
+
+
+def tasks_channel(schema: str) -> str:
+    return f"{schema}_tasks_v1"
+
+
+def events_channel(schema: str) -> str:
+    """Raised by the run_events trigger with payload ``<run_id>:<seq>``."""
+    return f"{schema}_events_v1"
+
+
+async def send(conn: AsyncConnection, channel: str, payloads: Iterable[str] = ("",)) -> None:
+    """NOTIFY ``channel`` once per distinct payload, delivered when the transaction commits.
+
+    Called by the client (start, signal), the decider (queues that got work) and the
+    worker (runs to decide); PostgreSQL folds identical notifications of one transaction.
+    """
+    for payload in sorted(set(payloads)):
+        await conn.execute(select(func.pg_notify(channel, payload)))

@@ -1,0 +1,86 @@
+"""``run_events``: a run's history, gap-free ``seq`` per run, appended only under the
+run's row lock (by start or by the decider). An AFTER INSERT trigger NOTIFYs
+``<schema>_events_v1`` with ``<run_id>:<seq>`` for live tails."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import JsonValue
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.decider.model import AppendEvent
+from legato.schema import RunEvents
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    seq: int
+    type: str
+    node_id: str | None
+    iteration: int | None
+    attempt: int | None
+    data: JsonValue
+    created_at: datetime
+
+
+async def append(
+    conn: AsyncConnection,
+    run_id: uuid.UUID,
+    events: Sequence[AppendEvent],
+    *,
+    first_seq: int | None = None,
+) -> None:
+    """Append events in order (Client.start with ``first_seq=1``; the decider loop).
+
+    The caller holds the run's row lock (or the run is new), so reading the last seq
+    and inserting after it cannot interleave. Served by the primary key.
+    """
+    if not events:
+        return
+    if first_seq is None:
+        last = await conn.execute(
+            select(func.coalesce(func.max(RunEvents.seq), 0)).where(RunEvents.run_id == run_id)
+        )
+        first_seq = int(last.scalar_one()) + 1
+    await conn.execute(
+        insert(RunEvents.table),
+        [
+            {
+                "run_id": run_id,
+                "seq": first_seq + offset,
+                "type": event.type,
+                "node_id": event.node_id,
+                "iteration": event.iteration,
+                "attempt": event.attempt,
+                "data": event.data,
+            }
+            for offset, event in enumerate(events)
+        ],
+    )
+
+
+async def history(
+    conn: AsyncConnection, run_id: uuid.UUID, after_seq: int = 0, limit: int = 10_000
+) -> list[HistoryEvent]:
+    """A run's events after ``after_seq`` (Client.get_run, ``legato runs watch``, which
+    resumes by seq). Primary key, one partition."""
+    result = await conn.execute(
+        select(
+            RunEvents.seq,
+            RunEvents.type,
+            RunEvents.node_id,
+            RunEvents.iteration,
+            RunEvents.attempt,
+            RunEvents.data,
+            RunEvents.created_at,
+        )
+        .where(RunEvents.run_id == run_id, RunEvents.seq > after_seq)
+        .order_by(RunEvents.seq)
+        .limit(limit)
+    )
+    return [HistoryEvent(*row._tuple()) for row in result]

@@ -1,0 +1,199 @@
+"""``runs``: one row per run, partitioned monthly by its UUIDv7 id.
+
+Every statement filters on the run id (one partition) except the listing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import JsonValue
+from sqlalchemy import Row, Select, and_, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.decider.model import TaskError
+from legato.schema import Runs, RunStatus
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: uuid.UUID
+    workflow_name: str
+    workflow_version: int
+    status: RunStatus
+    input: JsonValue
+    output: JsonValue
+    error: TaskError | None
+    parent_run_id: uuid.UUID | None
+    cancel_requested: bool
+    created_at: datetime
+    finished_at: datetime | None
+
+
+def _select() -> Select[
+    uuid.UUID,
+    str,
+    int,
+    RunStatus,
+    JsonValue,
+    JsonValue,
+    TaskError,
+    uuid.UUID | None,
+    datetime,
+    datetime,
+    datetime,
+]:
+    return select(
+        Runs.id,
+        Runs.workflow_name,
+        Runs.workflow_version,
+        Runs.status,
+        Runs.input,
+        Runs.output,
+        Runs.error,
+        Runs.parent_run_id,
+        Runs.cancel_requested_at,
+        Runs.created_at,
+        Runs.finished_at,
+    )
+
+
+def _row(
+    row: Row[
+        uuid.UUID,
+        str,
+        int,
+        RunStatus,
+        JsonValue,
+        JsonValue,
+        TaskError,
+        uuid.UUID | None,
+        datetime,
+        datetime,
+        datetime,
+    ],
+) -> RunRow:
+    run_id, name, version, status, input_, output, error, parent, cancel, created, finished = row
+    return RunRow(
+        id=run_id,
+        workflow_name=name,
+        workflow_version=version,
+        status=status,
+        input=input_,
+        output=output,
+        error=error,
+        parent_run_id=parent,
+        cancel_requested=cancel is not None,
+        created_at=created,
+        finished_at=finished,
+    )
+
+
+async def insert_run(
+    conn: AsyncConnection,
+    *,
+    run_id: uuid.UUID,
+    workflow_name: str,
+    workflow_version: int,
+    input: JsonValue,
+    parent_run_id: uuid.UUID | None = None,
+    idempotency_key: str | None = None,
+    scheduled_at: datetime | None = None,
+) -> None:
+    """Insert a RUNNING run (Client.start, and the decider for child runs). Primary key."""
+    await conn.execute(
+        insert(Runs.table).values(
+            id=run_id,
+            workflow_name=workflow_name,
+            workflow_version=workflow_version,
+            status=RunStatus.RUNNING,
+            input=input,
+            parent_run_id=parent_run_id,
+            idempotency_key=idempotency_key,
+            scheduled_at=scheduled_at,
+        )
+    )
+
+
+async def lock(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
+    """Lock the run's row for the rest of the transaction (decider loop).
+
+    Every state transition of a run happens under this lock. Primary key, one partition.
+    """
+    result = await conn.execute(_select().where(Runs.id == run_id).with_for_update())
+    row = result.first()
+    return None if row is None else _row(row)
+
+
+async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
+    """Read a run (Client.get_run, Client.result, signal/cancel checks). Primary key."""
+    row = (await conn.execute(_select().where(Runs.id == run_id))).first()
+    return None if row is None else _row(row)
+
+
+async def finish(
+    conn: AsyncConnection,
+    run_id: uuid.UUID,
+    status: RunStatus,
+    output: JsonValue,
+    error: TaskError | None,
+) -> bool:
+    """Move a RUNNING run to its final status (decider loop, under the run lock).
+
+    Reports whether this call made the transition. Primary key.
+    """
+    result = await conn.execute(
+        update(Runs.table)
+        .where(Runs.id == run_id, Runs.status == RunStatus.RUNNING)
+        .values(
+            status=status,
+            output=output,
+            error=error,
+            finished_at=func.now(),
+            updated_at=func.now(),
+        )
+        .returning(Runs.id)
+    )
+    return result.first() is not None
+
+
+async def request_cancel(conn: AsyncConnection, run_id: uuid.UUID) -> bool:
+    """Flag a RUNNING run for cancellation (Client.cancel, decider for child runs).
+
+    Reports whether the run was running. Primary key.
+    """
+    result = await conn.execute(
+        update(Runs.table)
+        .where(Runs.id == run_id, Runs.status == RunStatus.RUNNING)
+        .values(cancel_requested_at=func.coalesce(Runs.cancel_requested_at, func.now()))
+        .returning(Runs.id)
+    )
+    return result.first() is not None
+
+
+async def list_runs(
+    conn: AsyncConnection,
+    *,
+    workflow_name: str | None,
+    status: RunStatus | None,
+    before: uuid.UUID | None,
+    limit: int,
+) -> list[RunRow]:
+    """Runs newest first, keyset-paginated by id (Client.list_runs, ``legato runs list``).
+
+    Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
+    for RUNNING, else the primary keys of the newest partitions.
+    """
+    conditions = []
+    if workflow_name is not None:
+        conditions.append(Runs.workflow_name == workflow_name)
+    if status is not None:
+        conditions.append(Runs.status == status)
+    if before is not None:
+        conditions.append(Runs.id < before)
+    statement = _select().order_by(Runs.id.desc()).limit(limit)
+    if conditions:
+        statement = statement.where(and_(*conditions))
+    return [_row(row) for row in await conn.execute(statement)]

@@ -1,0 +1,158 @@
+"""``task_queue``: the narrow, hash-partitioned queue workers claim from.
+
+A row exists from enqueue until its attempt is reported (or cancelled); the lease
+(owner + expiry) is the only thing that changes in between, and leased rows leave
+the dequeue index.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.decider.model import EnqueueTask
+from legato.schema import TaskQueue
+
+
+async def enqueue(conn: AsyncConnection, run_id: uuid.UUID, items: Sequence[EnqueueTask]) -> None:
+    """Make attempts claimable (decider loop). One multi-row INSERT; primary key."""
+    if not items:
+        return
+    await conn.execute(
+        insert(TaskQueue.table),
+        [
+            {
+                "queue": item.queue,
+                "task_id": item.task_id,
+                "run_id": run_id,
+                "attempt": item.attempt,
+                "task_name": item.task_name,
+                "priority": item.priority,
+                "available_at": item.available_at,
+            }
+            for item in items
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class Claimed:
+    queue: str
+    task_id: uuid.UUID
+    run_id: uuid.UUID
+    attempt: int
+    task_name: str
+
+
+async def claim(
+    conn: AsyncConnection, queues: Sequence[str], owner: str, limit: int, lease: timedelta
+) -> list[Claimed]:
+    """Lease up to ``limit`` available attempts of ``queues`` (worker loop).
+
+    Highest priority first, then oldest; ``FOR UPDATE SKIP LOCKED`` so workers never
+    wait on each other. Served by the partial index ``ix_task_queue_dequeue``.
+    """
+    candidates = (
+        select(TaskQueue.queue, TaskQueue.task_id)
+        .where(
+            TaskQueue.queue.in_(list(queues)),
+            TaskQueue.lease_expires_at.is_(None),
+            TaskQueue.available_at <= func.now(),
+        )
+        .order_by(TaskQueue.priority.desc(), TaskQueue.available_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    result = await conn.execute(
+        update(TaskQueue.table)
+        .where(tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates))
+        .values(lease_owner=owner, lease_expires_at=func.now() + lease)
+        .returning(
+            TaskQueue.queue,
+            TaskQueue.task_id,
+            TaskQueue.run_id,
+            TaskQueue.attempt,
+            TaskQueue.task_name,
+        )
+    )
+    return [Claimed(*row._tuple()) for row in result]
+
+
+async def extend_leases(
+    conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]], lease: timedelta
+) -> set[uuid.UUID]:
+    """Extend the leases of a worker's in-flight attempts in one statement (worker's
+    lease keeper). Returns the task ids still leased by ``owner``: a missing one was
+    cancelled or timed out, and the worker cancels it. Primary key."""
+    if not keys:
+        return set()
+    result = await conn.execute(
+        update(TaskQueue.table)
+        .where(
+            tuple_(TaskQueue.queue, TaskQueue.task_id).in_(list(keys)),
+            TaskQueue.lease_owner == owner,
+        )
+        .values(lease_expires_at=func.now() + lease)
+        .returning(TaskQueue.task_id)
+    )
+    return set(result.scalars())
+
+
+async def remove(conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
+    """Delete finished attempts' rows (worker reports, timer loop, sweeper, decider's
+    cancellations). Primary key."""
+    if keys:
+        await conn.execute(
+            delete(TaskQueue.table).where(
+                tuple_(TaskQueue.queue, TaskQueue.task_id).in_(list(keys))
+            )
+        )
+
+
+async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
+    """Drop ``owner``'s leases so another worker claims the attempts at once (worker
+    graceful shutdown). Primary key."""
+    if keys:
+        await conn.execute(
+            update(TaskQueue.table)
+            .where(
+                tuple_(TaskQueue.queue, TaskQueue.task_id).in_(list(keys)),
+                TaskQueue.lease_owner == owner,
+            )
+            .values(lease_owner=None, lease_expires_at=None)
+        )
+
+
+async def claim_expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
+    """Lock leased rows whose lease has expired (lease sweeper): their worker is gone.
+
+    Served by the partial index ``ix_task_queue_leased``.
+    """
+    result = await conn.execute(
+        select(
+            TaskQueue.queue,
+            TaskQueue.task_id,
+            TaskQueue.run_id,
+            TaskQueue.attempt,
+            TaskQueue.task_name,
+        )
+        .where(TaskQueue.lease_expires_at.is_not(None), TaskQueue.lease_expires_at < func.now())
+        .order_by(TaskQueue.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return [Claimed(*row._tuple()) for row in result]
+
+
+async def leased_by(conn: AsyncConnection, owner: str) -> int:
+    """How many rows ``owner`` still leases (tests of graceful shutdown, ``legato`` status)."""
+    result = await conn.execute(
+        select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
+    )
+    return int(result.scalar_one())

@@ -1,0 +1,254 @@
+"""``tasks``: one row per attempt of a node, partitioned monthly by run id.
+
+Every statement filters on the run id (one partition). Updates that follow a
+report are fenced on (run id, task id, attempt, active state): a stale report
+matches nothing, changes nothing, and the caller learns it did not apply.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import JsonValue
+from sqlalchemy import func, insert, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
+from legato.schema import NodeKind, Runs, Tasks, TaskState
+from legato.schema.enums import ACTIVE_TASK_STATES
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task row as the decider and ``Client.get_run`` read it."""
+
+    task_id: uuid.UUID
+    node_id: str
+    iteration: int
+    attempt: int
+    kind: NodeKind
+    state: TaskState
+    task_name: str | None
+    queue: str | None
+    output: JsonValue
+    error: TaskError | None
+    observed: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    def record(self) -> TaskRecord:
+        return TaskRecord(
+            task_id=self.task_id,
+            node_id=self.node_id,
+            iteration=self.iteration,
+            attempt=self.attempt,
+            kind=self.kind,
+            state=self.state,
+            output=self.output,
+            error=self.error,
+            observed=self.observed,
+            created_at=self.created_at,
+            finished_at=self.finished_at,
+        )
+
+
+async def load(conn: AsyncConnection, run_id: uuid.UUID) -> list[TaskRow]:
+    """Every attempt of a run, in creation order (decider snapshot, Client.get_run).
+
+    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` within one partition.
+    """
+    result = await conn.execute(
+        select(
+            Tasks.id.label("task_id"),
+            Tasks.node_id,
+            Tasks.iteration,
+            Tasks.attempt,
+            Tasks.kind,
+            Tasks.state,
+            Tasks.task_name,
+            Tasks.queue,
+            Tasks.output,
+            Tasks.error,
+            Tasks.observed,
+            Tasks.created_at,
+            Tasks.started_at,
+            Tasks.finished_at,
+        )
+        .where(Tasks.run_id == run_id)
+        .order_by(Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
+    )
+    return [TaskRow(**row._asdict()) for row in result]
+
+
+async def insert_many(
+    conn: AsyncConnection, run_id: uuid.UUID, creates: Sequence[CreateTask], now: datetime
+) -> None:
+    """Insert the attempts a decision created (decider loop). One multi-row INSERT.
+
+    A duplicate (run, node, iteration, attempt) violates the unique index and aborts
+    the decision: the decider never creates an attempt twice.
+    """
+    if not creates:
+        return
+    finished = {TaskState.COMPLETED, TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED}
+    await conn.execute(
+        insert(Tasks.table),
+        [
+            {
+                "run_id": run_id,
+                "id": create.task_id,
+                "node_id": create.node_id,
+                "iteration": create.iteration,
+                "attempt": create.attempt,
+                "kind": create.kind,
+                "state": create.state,
+                "task_name": create.task_name,
+                "queue": create.queue,
+                "input": create.input,
+                "output": create.output,
+                "error": create.error,
+                "event_name": create.event_name,
+                "created_at": now,
+                "available_at": create.available_at,
+                "finished_at": now if create.state in finished else None,
+                # Rows born terminal (a skip, a switch's choice) are recorded by the
+                # decision that created them.
+                "observed": create.state in finished,
+            }
+            for create in creates
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A fenced move of one attempt from an active state to ``state``."""
+
+    run_id: uuid.UUID
+    task_id: uuid.UUID
+    attempt: int | None  # None: fenced on the task id alone (ids are per attempt)
+    state: TaskState
+    output: JsonValue = None
+    error: TaskError | None = None
+    from_states: Collection[TaskState] = ACTIVE_TASK_STATES
+
+
+async def transition(conn: AsyncConnection, move: Transition) -> str | bool | None:
+    """Apply one fenced transition; returns the attempt's queue name (or None for rows
+    without one) when it applied, ``False`` when it was stale.
+
+    Callers: worker reports, timer loop, lease sweeper, decider (waits completed by a
+    signal, cancellation, child completion). Primary key, one partition.
+    """
+    fence = [
+        Tasks.run_id == move.run_id,
+        Tasks.id == move.task_id,
+        Tasks.state.in_(list(move.from_states)),
+    ]
+    if move.attempt is not None:
+        fence.append(Tasks.attempt == move.attempt)
+    result = await conn.execute(
+        update(Tasks.table)
+        .where(*fence)
+        .values(
+            state=move.state,
+            output=move.output,
+            error=move.error,
+            finished_at=func.now(),
+            lease_owner=None,
+        )
+        .returning(Tasks.queue)
+    )
+    row = result.first()
+    return False if row is None else row[0]
+
+
+async def mark_observed(
+    conn: AsyncConnection, run_id: uuid.UUID, task_ids: Sequence[uuid.UUID]
+) -> None:
+    """Record that the decider has written these terminal rows' history (decider loop)."""
+    if task_ids:
+        await conn.execute(
+            update(Tasks.table)
+            .where(Tasks.run_id == run_id, Tasks.id.in_(list(task_ids)))
+            .values(observed=True)
+        )
+
+
+@dataclass(frozen=True)
+class StartedAttempt:
+    run_id: uuid.UUID
+    task_id: uuid.UUID
+    attempt: int
+    node_id: str
+    iteration: int
+    input: JsonValue
+    workflow_name: str
+
+
+async def start_attempts(
+    conn: AsyncConnection, claimed: Sequence[tuple[uuid.UUID, uuid.UUID, int]], owner: str
+) -> list[StartedAttempt]:
+    """Mark claimed attempts RUNNING and read their inputs (worker loop, claim transaction).
+
+    Fenced on (run id, task id, attempt, QUEUED): an attempt cancelled or timed out
+    since it was enqueued is not started. Primary keys of the claimed runs' partitions.
+    """
+    if not claimed:
+        return []
+    keys = [(run_id, task_id) for run_id, task_id, _ in claimed]
+    attempts = {(run_id, task_id): attempt for run_id, task_id, attempt in claimed}
+    result = await conn.execute(
+        update(Tasks.table)
+        .where(
+            tuple_(Tasks.run_id, Tasks.id).in_(keys),
+            Tasks.state == TaskState.QUEUED,
+            Runs.id == Tasks.run_id,
+        )
+        .values(state=TaskState.RUNNING, started_at=func.now(), lease_owner=owner)
+        .returning(
+            Tasks.run_id,
+            Tasks.id,
+            Tasks.attempt,
+            Tasks.node_id,
+            Tasks.iteration,
+            Tasks.input,
+            Runs.workflow_name,
+        )
+    )
+    return [
+        StartedAttempt(*row._tuple()) for row in result if attempts.get((row[0], row[1])) == row[2]
+    ]
+
+
+async def release_attempts(
+    conn: AsyncConnection, attempts: Sequence[tuple[uuid.UUID, uuid.UUID, int]]
+) -> None:
+    """Put RUNNING attempts back to QUEUED (worker graceful shutdown), so another worker
+    takes them at once. Fenced on attempt and state. Primary keys."""
+    for run_id, task_id, attempt in attempts:
+        await conn.execute(
+            update(Tasks.table)
+            .where(
+                Tasks.run_id == run_id,
+                Tasks.id == task_id,
+                Tasks.attempt == attempt,
+                Tasks.state == TaskState.RUNNING,
+            )
+            .values(state=TaskState.QUEUED, started_at=None, lease_owner=None)
+        )
+
+
+async def open_waits(conn: AsyncConnection, event_name: str) -> list[uuid.UUID]:
+    """Runs with a wait open for ``event_name`` (Client.emit). Served by the partial
+    index ``ix_tasks_open_waits`` (only WAITING event rows are in it)."""
+    result = await conn.execute(
+        select(Tasks.run_id)
+        .where(Tasks.state == TaskState.WAITING, Tasks.event_name == event_name)
+        .distinct()
+    )
+    return list(result.scalars())

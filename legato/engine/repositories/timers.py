@@ -1,0 +1,113 @@
+"""``timers``: sleeps, event timeouts and task timeouts, partitioned daily by fire time.
+
+``due_at`` is when the timer really fires; ``fire_at`` is capped at the timer
+partitions' horizon, and a timer that fires before it is due is simply re-armed,
+so arbitrarily long sleeps need neither a DEFAULT partition nor years of partitions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, insert, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.decider.model import ArmTimer
+from legato.schema import TimerKind, Timers
+
+# The partition maintenance creates timer partitions a week ahead; stay inside them
+# even if maintenance has not run for a day.
+HORIZON = timedelta(days=6)
+
+
+def capped_fire_at(due_at: datetime, now: datetime) -> datetime:
+    """When to store a timer: its due time, or the horizon if that is later (pure)."""
+    return min(due_at, now + HORIZON)
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    fire_at: datetime
+    id: uuid.UUID
+    run_id: uuid.UUID
+    task_id: uuid.UUID
+    attempt: int
+    kind: TimerKind
+    due_at: datetime
+
+
+async def arm(
+    conn: AsyncConnection, run_id: uuid.UUID, timers: Sequence[ArmTimer], now: datetime
+) -> None:
+    """Insert timers (decider loop). One multi-row INSERT into today's-or-later partitions."""
+    if not timers:
+        return
+    await conn.execute(
+        insert(Timers.table),
+        [
+            {
+                "fire_at": capped_fire_at(timer.fire_at, now),
+                "id": timer.timer_id,
+                "run_id": run_id,
+                "task_id": timer.task_id,
+                "attempt": timer.attempt,
+                "kind": timer.kind,
+                "due_at": timer.fire_at,
+            }
+            for timer in timers
+        ],
+    )
+
+
+async def rearm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) -> None:
+    """Store again timers that fired at the horizon before they were due (timer loop)."""
+    if not timers:
+        return
+    await conn.execute(
+        insert(Timers.table),
+        [
+            {
+                "fire_at": capped_fire_at(timer.due_at, now),
+                "id": timer.id,
+                "run_id": timer.run_id,
+                "task_id": timer.task_id,
+                "attempt": timer.attempt,
+                "kind": timer.kind,
+                "due_at": timer.due_at,
+            }
+            for timer in timers
+        ],
+    )
+
+
+async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
+    """Delete and return up to ``limit`` due timers (timer loop), oldest first.
+
+    ``FOR UPDATE SKIP LOCKED`` so timer loops share the work; deleted in the same
+    transaction that acts on them, so a crash puts them back. Served by the partial
+    index ``ix_timers_unclaimed`` (pruned to today's and earlier partitions).
+    """
+    due = (
+        select(Timers.fire_at, Timers.id)
+        .where(Timers.claimed_at.is_(None), Timers.fire_at <= func.now())
+        .order_by(Timers.fire_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    result = await conn.execute(
+        delete(Timers.table)
+        .where(tuple_(Timers.fire_at, Timers.id).in_(due))
+        .returning(
+            Timers.fire_at,
+            Timers.id,
+            Timers.run_id,
+            Timers.task_id,
+            Timers.attempt,
+            Timers.kind,
+            Timers.due_at,
+        )
+    )
+    return [DueTimer(*row._tuple()) for row in result]

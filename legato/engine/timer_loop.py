@@ -1,0 +1,128 @@
+"""The timer loop (sleeps, event timeouts, task timeouts) and the lease sweeper.
+
+Both turn an observed fact into a fenced transition of a task row plus a decide
+request, through ``legato.engine.reports`` — the same path as a worker's report.
+A timer re-checks the state it guards (the fence): a timeout armed for an attempt
+that has since finished matches nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.engine.decider.model import TaskError
+from legato.engine.loops import Loop, Wakeups
+from legato.engine.reports import Report, apply_reports
+from legato.engine.repositories import task_queue, tasks, timers
+from legato.schema import TaskState, TimerKind
+
+# What each timer does when it fires: the states it may move the task from, and to.
+TIMER_TRANSITIONS: dict[TimerKind, tuple[frozenset[TaskState], TaskState]] = {
+    TimerKind.SLEEP: (frozenset({TaskState.WAITING}), TaskState.COMPLETED),
+    TimerKind.EVENT_TIMEOUT: (frozenset({TaskState.WAITING}), TaskState.TIMED_OUT),
+    TimerKind.SCHEDULE_TO_START: (frozenset({TaskState.QUEUED}), TaskState.TIMED_OUT),
+    TimerKind.START_TO_CLOSE: (
+        frozenset({TaskState.QUEUED, TaskState.RUNNING}),
+        TaskState.TIMED_OUT,
+    ),
+}
+
+_TIMEOUT_MESSAGES = {
+    TimerKind.EVENT_TIMEOUT: "no matching event arrived before the wait's timeout",
+    TimerKind.SCHEDULE_TO_START: "no worker started the attempt within schedule_to_start",
+    TimerKind.START_TO_CLOSE: "the attempt did not finish within start_to_close",
+}
+
+
+def report_for(timer: timers.DueTimer) -> Report:
+    """The fenced transition a due timer causes (pure)."""
+    from_states, state = TIMER_TRANSITIONS[timer.kind]
+    error = None
+    if state is TaskState.TIMED_OUT:
+        error = TaskError(type="Timeout", message=_TIMEOUT_MESSAGES[timer.kind])
+    return Report(
+        tasks.Transition(
+            run_id=timer.run_id,
+            task_id=timer.task_id,
+            attempt=timer.attempt,
+            state=state,
+            error=error,
+            from_states=from_states,
+        )
+    )
+
+
+class TimerLoop(Loop):
+    """Fires due timers in batches; re-arms those capped at the partition horizon."""
+
+    name = "timer"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        wakeups: Wakeups | None = None,
+        batch_size: int = 100,
+        poll_interval: float = 0.5,
+    ) -> None:
+        super().__init__(poll_interval=poll_interval, wakeups=wakeups, channel=None)
+        self.engine = engine
+        self.batch_size = batch_size
+        self.fired = 0
+
+    async def tick(self) -> bool:
+        now = datetime.now(UTC)
+        async with self.engine.begin() as conn:
+            due = await timers.take_due(conn, self.batch_size)
+            early = [t for t in due if t.due_at > now]
+            await timers.rearm(conn, early, now)
+            fired = [t for t in due if t.due_at <= now]
+            await apply_reports(conn, [report_for(t) for t in fired], "timer fired")
+        self.fired += len(fired)
+        return len(due) >= self.batch_size
+
+
+class LeaseSweeper(Loop):
+    """Hands attempts whose worker vanished (lease expired) back to the decider as
+    timed out."""
+
+    name = "lease-sweeper"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        batch_size: int = 100,
+        poll_interval: float = 1.0,
+    ) -> None:
+        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
+        self.engine = engine
+        self.batch_size = batch_size
+        self.swept = 0
+
+    async def tick(self) -> bool:
+        async with self.engine.begin() as conn:
+            expired = await task_queue.claim_expired(conn, self.batch_size)
+            reports = [
+                Report(
+                    tasks.Transition(
+                        run_id=item.run_id,
+                        task_id=item.task_id,
+                        attempt=item.attempt,
+                        state=TaskState.TIMED_OUT,
+                        error=TaskError(
+                            type="LeaseExpired",
+                            message="the worker running this attempt stopped heartbeating "
+                            "(crashed, or exceeded the heartbeat timeout)",
+                        ),
+                        from_states=(TaskState.RUNNING, TaskState.QUEUED),
+                    ),
+                    queue_key=(item.queue, item.task_id),
+                )
+                for item in expired
+            ]
+            await apply_reports(conn, reports, "lease expired")
+        self.swept += len(expired)
+        return len(expired) >= self.batch_size

@@ -1,0 +1,300 @@
+"""The worker loop: claim attempts for its queues, run them with bounded concurrency,
+keep their leases alive, and report results in batches.
+
+Reports are buffered and flushed together every few milliseconds (or when a batch
+fills): one transaction upserts the runs' decide rows (in run-id order), applies the
+fenced task updates and deletes the queue rows — see ``legato.engine.reports``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from pydantic import JsonValue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.context import TaskCancelled, TaskContext
+from legato.engine.decider.model import TaskError
+from legato.engine.loops import Loop, Wakeups
+from legato.engine.reports import Report, apply_reports
+from legato.engine.repositories import notify, task_queue, tasks
+from legato.flow import App, TaskDefinition
+from legato.schema import TaskState
+
+log = logging.getLogger("legato.worker")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def error_of(exc: BaseException, retryable: bool) -> TaskError:
+    """How a task's exception is recorded: its type, message and traceback."""
+    return TaskError(
+        type=type(exc).__qualname__,
+        message=str(exc) or type(exc).__qualname__,
+        retryable=retryable,
+        traceback="".join(traceback.format_exception(exc))[-8000:],
+    )
+
+
+@dataclass
+class _InFlight:
+    claimed: task_queue.Claimed
+    definition: TaskDefinition | None
+    task: asyncio.Task[None] | None = None
+    last_heartbeat: float = field(default_factory=time.monotonic)
+    lost: bool = False  # the attempt was cancelled or timed out: do not report
+
+
+class Worker(Loop):
+    """Runs the tasks of ``app`` from ``queues``; at most ``concurrency`` at once."""
+
+    name = "worker"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        app: App,
+        *,
+        queues: tuple[str, ...] = ("default",),
+        concurrency: int = 16,
+        wakeups: Wakeups | None = None,
+        lease: timedelta = timedelta(seconds=30),
+        poll_interval: float = 1.0,
+        flush_interval: float = 0.002,
+        grace_period: float = 30.0,
+        worker_id: str | None = None,
+    ) -> None:
+        schema = engine.get_execution_options()["schema_translate_map"]["legato"]
+        super().__init__(
+            poll_interval=poll_interval, wakeups=wakeups, channel=notify.tasks_channel(schema)
+        )
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.engine = engine
+        self.app = app
+        self.queues = queues
+        self.concurrency = concurrency
+        self.lease = lease
+        self.flush_interval = flush_interval
+        self.grace_period = grace_period
+        self.worker_id = worker_id or default_worker_id()
+        self._inflight: dict[uuid.UUID, _InFlight] = {}
+        self._reports: list[Report] = []
+        self._flush_wanted = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
+        self.completed = 0
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def tick(self) -> bool:
+        if not self._background:
+            self._background = [
+                asyncio.create_task(self._flusher(), name="legato-worker-flush"),
+                asyncio.create_task(self._lease_keeper(), name="legato-worker-lease"),
+            ]
+        free = self.concurrency - len(self._inflight)
+        if free <= 0:
+            return False
+        async with self.engine.begin() as conn:
+            claimed = await task_queue.claim(conn, self.queues, self.worker_id, free, self.lease)
+            if not claimed:
+                return False
+            started = await tasks.start_attempts(
+                conn, [(c.run_id, c.task_id, c.attempt) for c in claimed], self.worker_id
+            )
+            by_id = {s.task_id: s for s in started}
+            # Attempts cancelled or timed out since they were enqueued are not run.
+            await task_queue.remove(
+                conn, [(c.queue, c.task_id) for c in claimed if c.task_id not in by_id]
+            )
+        for item in claimed:
+            attempt = by_id.get(item.task_id)
+            if attempt is None:
+                continue
+            flight = _InFlight(claimed=item, definition=self.app.tasks.get(item.task_name))
+            self._inflight[item.task_id] = flight
+            flight.task = asyncio.create_task(self._execute(flight, attempt))
+        return len(claimed) >= free
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def _execute(self, flight: _InFlight, attempt: tasks.StartedAttempt) -> None:
+        item = flight.claimed
+        definition = flight.definition
+
+        async def heartbeat() -> None:
+            if flight.lost:
+                raise TaskCancelled(f"attempt {item.attempt} of {item.task_name!r} was cancelled")
+            flight.last_heartbeat = time.monotonic()
+
+        ctx = TaskContext(
+            run_id=item.run_id,
+            task_id=item.task_id,
+            workflow=attempt.workflow_name,
+            node_id=attempt.node_id,
+            iteration=attempt.iteration,
+            attempt=item.attempt,
+            _heartbeat=heartbeat,
+        )
+        output: JsonValue = None
+        error: TaskError | None = None
+        try:
+            if definition is None:
+                error = TaskError(
+                    type="UnknownTask",
+                    message=f"no task named {item.task_name!r} is registered in this worker's app",
+                    retryable=False,
+                )
+            else:
+                output = await definition.invoke(ctx, attempt.input)
+        except asyncio.CancelledError:
+            if flight.lost:
+                self._inflight.pop(item.task_id, None)
+                return  # cancelled or timed out: nothing to report
+            if self.stopping:
+                return  # released by on_stop so another worker takes it at once
+            raise
+        except Exception as exc:
+            assert definition is not None
+            error = error_of(exc, definition.is_retryable(exc))
+        if flight.lost:
+            self._inflight.pop(item.task_id, None)
+            return
+        self._reports.append(
+            Report(
+                tasks.Transition(
+                    run_id=item.run_id,
+                    task_id=item.task_id,
+                    attempt=item.attempt,
+                    state=TaskState.COMPLETED if error is None else TaskState.FAILED,
+                    output=output,
+                    error=error,
+                    from_states=(TaskState.RUNNING,),
+                ),
+                queue_key=(item.queue, item.task_id),
+            )
+        )
+        self._flush_wanted.set()
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            if len(self._reports) < self.concurrency and self.flush_interval > 0:
+                await asyncio.sleep(self.flush_interval)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write buffered reports in one transaction; keep them if the database fails."""
+        if not self._reports:
+            return
+        batch, self._reports = self._reports, []
+        try:
+            async with self.engine.begin() as conn:
+                await apply_reports(conn, batch, "task finished")
+        except Exception:
+            log.exception("reporting %d results failed; retrying", len(batch))
+            self._reports = batch + self._reports
+            await asyncio.sleep(0.5)
+            self._flush_wanted.set()
+            return
+        for report in batch:
+            self._inflight.pop(report.move.task_id, None)
+        self.completed += len(batch)
+        if self._wake is not None:
+            self._wake.set()  # slots are free: claim again
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def _lease_keeper(self) -> None:
+        interval = max(self.lease.total_seconds() / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.extend_leases()
+            except Exception:
+                log.exception("extending leases failed")
+
+    async def extend_leases(self) -> None:
+        """Extend the leases of running attempts; cancel those this worker no longer holds.
+
+        An attempt whose task declared a heartbeat timeout and has not heartbeat within
+        it is left to expire, so the sweeper times it out.
+        """
+        now = time.monotonic()
+        alive = {
+            task_id: flight
+            for task_id, flight in self._inflight.items()
+            if not flight.lost
+            and flight.task is not None
+            and not flight.task.done()
+            and not _heartbeat_overdue(flight, now)
+        }
+        if not alive:
+            return
+        async with self.engine.begin() as conn:
+            held = await task_queue.extend_leases(
+                conn,
+                self.worker_id,
+                [(f.claimed.queue, task_id) for task_id, f in alive.items()],
+                self.lease,
+            )
+        for task_id, flight in alive.items():
+            if task_id not in held and flight.task is not None:
+                flight.lost = True
+                flight.task.cancel()
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    async def on_stop(self) -> None:
+        """Let in-flight tasks finish within the grace period, release the rest at once."""
+        running = [f.task for f in self._inflight.values() if f.task is not None]
+        if running:
+            _, pending = await asyncio.wait(running, timeout=self.grace_period)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
+        await self.flush()
+        leftovers = [f.claimed for f in self._inflight.values() if not f.lost]
+        if leftovers:
+            async with self.engine.begin() as conn:
+                await task_queue.release(
+                    conn, self.worker_id, [(c.queue, c.task_id) for c in leftovers]
+                )
+                await tasks.release_attempts(
+                    conn, [(c.run_id, c.task_id, c.attempt) for c in leftovers]
+                )
+                await notify.send(
+                    conn, notify.tasks_channel(self.schema_name), {c.queue for c in leftovers}
+                )
+            log.info("released %d unfinished attempts", len(leftovers))
+        self._inflight.clear()
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._background = []
+
+    @property
+    def schema_name(self) -> str:
+        return str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
+
+
+def _heartbeat_overdue(flight: _InFlight, now: float) -> bool:
+    definition = flight.definition
+    if definition is None or definition.heartbeat is None:
+        return False
+    return now - flight.last_heartbeat > definition.heartbeat.total_seconds()
