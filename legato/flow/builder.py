@@ -318,9 +318,15 @@ class Flow(Generic[In]):
         """
         adapter = TypeAdapter[E](model)
         has_default = not isinstance(default, _Missing)
-        default_json: JsonValue = (
-            adapter.dump_python(default, mode="json") if not isinstance(default, _Missing) else None
-        )
+        default_json: JsonValue = None
+        if not isinstance(default, _Missing):
+            try:
+                default_json = adapter.dump_python(adapter.validate_python(default), mode="json")
+            except ValidationError as exc:
+                raise SpecError(
+                    f"workflow {self.name!r}: default of the wait for {event!r} "
+                    f"is not a {getattr(model, '__name__', model)}: {exc}"
+                ) from exc
         node_id = self._new_id(name, event)
         self._add(
             EventNodeSpec(
