@@ -8,7 +8,9 @@ lock taken in ``env.py``.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import weakref
 from dataclasses import dataclass
 from functools import cache
 
@@ -67,15 +69,34 @@ class MigrationState:
         return self.current == (self.head,)
 
 
+_command_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _command_lock() -> asyncio.Lock:
+    """One Alembic command at a time per event loop.
+
+    Alembic's ``context``/``op`` proxies are module globals, so two commands interleaving
+    on one loop (greenlets switch at every query) corrupt each other; across processes
+    the advisory lock in ``env.py`` serialises them instead.
+    """
+    loop = asyncio.get_running_loop()
+    lock = _command_locks.get(loop)
+    if lock is None:
+        lock = _command_locks[loop] = asyncio.Lock()
+    return lock
+
+
 async def upgrade(engine: AsyncEngine, schema: str, revision: str = "head") -> None:
     """Apply Legato's migrations up to ``revision`` (each in its own transaction)."""
-    async with engine.connect() as conn:
+    async with _command_lock(), engine.connect() as conn:
         await conn.run_sync(lambda sync: command.upgrade(alembic_config(schema, sync), revision))
 
 
 async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") -> None:
     """Revert Legato's migrations down to ``revision`` (``base`` removes everything)."""
-    async with engine.connect() as conn:
+    async with _command_lock(), engine.connect() as conn:
         await conn.run_sync(lambda sync: command.downgrade(alembic_config(schema, sync), revision))
 
 

@@ -1,11 +1,180 @@
-"""``legato db ...`` and ``legato partitions ...``."""
+"""``legato db upgrade | downgrade | current | check`` and ``legato partitions ensure | drop``.
+
+Every command validates ``--schema`` before it connects, so a bad name changes nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, date, datetime
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import migrations
+from legato.cli import add_connection_options
+from legato.db import create_engine, resolve_schema, resolve_url
+from legato.engine.repositories import partitions
+
+
+@asynccontextmanager
+async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, str]]:
+    schema = resolve_schema(args.schema)  # validated before any connection is made
+    url = resolve_url(args.database_url)
+    engine = create_engine(url, schema, pool_size=1, max_overflow=0)
+    try:
+        yield engine, schema
+    finally:
+        await engine.dispose()
+
+
+async def _upgrade(args: argparse.Namespace) -> int:
+    async with _engine(args) as (engine, schema):
+        await migrations.upgrade(engine, schema, args.revision)
+        state = await migrations.state(engine, schema)
+    print(f"schema {schema!r} is at {', '.join(state.current) or 'base'}")
+    return 0
+
+
+async def _downgrade(args: argparse.Namespace) -> int:
+    async with _engine(args) as (engine, schema):
+        await migrations.downgrade(engine, schema, args.revision)
+        state = await migrations.state(engine, schema)
+    print(f"schema {schema!r} is at {', '.join(state.current) or 'base'}")
+    return 0
+
+
+async def _current(args: argparse.Namespace) -> int:
+    async with _engine(args) as (engine, schema):
+        state = await migrations.state(engine, schema)
+    current = ", ".join(state.current) or "base (not migrated)"
+    marker = " (head)" if state.up_to_date else f" (head is {state.head})"
+    print(f"{current}{marker}")
+    return 0
+
+
+async def _check(args: argparse.Namespace) -> int:
+    async with _engine(args) as (engine, schema):
+        state = await migrations.state(engine, schema)
+    if state.up_to_date:
+        print(f"schema {schema!r} is at head {state.head}")
+        return 0
+    found = ", ".join(state.current) or "nothing"
+    print(
+        f"schema {schema!r} is at {found}, this Legato needs {state.head}: run `legato db upgrade`"
+    )
+    return 1
+
+
+async def _ensure(args: argparse.Namespace) -> int:
+    async with _engine(args) as (engine, _schema), engine.begin() as conn:
+        created = await partitions.ensure(conn, months_ahead=args.ahead)
+    for name in created:
+        print(f"created {name}")
+    if not created:
+        print(f"no partitions needed: this month and {args.ahead} ahead already exist")
+    return 0
+
+
+def _count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"not a number of months (0 or more): {value!r}")
+    return count
+
+
+def _date(value: str) -> datetime:
+    try:
+        day = date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {value!r}") from None
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _month_set(name: str) -> str:
+    """``runs_p202401`` stands for its month: name the referencing partitions too."""
+    prefix, _, suffix = name.partition("_p")
+    if prefix != "runs":
+        return name
+    related = ", ".join(f"{table}_p{suffix}" for table in ("tasks", "signals", "run_events"))
+    return f"{name} (with {related})"
+
+
+async def _drop(args: argparse.Namespace) -> int:
+    async with _engine(args) as (engine, _schema), engine.begin() as conn:
+        outcome = await partitions.drop(conn, args.older_than, dry_run=args.dry_run)
+    for name, action in outcome:
+        print(f"{name} {action}" if action.startswith("kept") else f"{action} {_month_set(name)}")
+    if not outcome:
+        print(f"no partitions ended before {args.older_than.date().isoformat()}")
+    return 0
+
+
+def _command(
+    group: Any, name: str, help_text: str, handler: Any, description: str | None = None
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(
+        name, help=help_text, description=description or help_text
+    )
+    add_connection_options(parser)
+    parser.set_defaults(handler=handler)
+    return parser
 
 
 def register(commands: Any) -> None:
-    """Register the command group (filled in by the foundation work)."""
-    _ = argparse
+    """Register ``legato db ...`` and ``legato partitions ...`` on the root parser."""
+    db = commands.add_parser("db", help="migrate Legato's schema")
+    db_commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
+    upgrade = _command(
+        db_commands, "upgrade", "apply Legato's migrations (default: to head)", _upgrade
+    )
+    upgrade.add_argument("--revision", default="head", help="target revision (default: head)")
+    downgrade = _command(
+        db_commands,
+        "downgrade",
+        "revert Legato's migrations (default: to base, removing every Legato table)",
+        _downgrade,
+    )
+    downgrade.add_argument(
+        "--revision", default="base", help="target revision (default: base; asks no questions)"
+    )
+    _command(db_commands, "current", "show the applied migration and the package's head", _current)
+    _command(
+        db_commands,
+        "check",
+        "exit 1 unless the schema is at this package's migration head",
+        _check,
+    )
+
+    group = commands.add_parser("partitions", help="create and drop partitions")
+    partition_commands = group.add_subparsers(
+        dest="partitions_command", metavar="COMMAND", required=True
+    )
+    ensure = _command(
+        partition_commands,
+        "ensure",
+        "create this month's partitions and those ahead (the decider also does this)",
+        _ensure,
+    )
+    ensure.add_argument(
+        "--ahead", type=_count, default=3, metavar="N", help="months ahead to create (default: 3)"
+    )
+    drop = _command(
+        partition_commands,
+        "drop",
+        "drop whole months that ended by a date; months with running runs are kept",
+        _drop,
+    )
+    drop.add_argument(
+        "--older-than",
+        type=_date,
+        required=True,
+        metavar="DATE",
+        help="drop partitions whose range ended by this date (YYYY-MM-DD, UTC)",
+    )
+    drop.add_argument("--dry-run", action="store_true", help="report, change nothing")

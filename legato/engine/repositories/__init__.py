@@ -1,0 +1,1 @@
+"""Every SQL statement the engine runs, one module per table or queue."""

@@ -1,0 +1,154 @@
+"""Partitions of the run-scoped tables (monthly) and of ``timers`` (daily).
+
+Creation and retention run inside SQL functions of migration 0001
+(``ensure_partitions_v1``, ``drop_partitions_v1``), which serialise on one advisory
+lock per schema; this module calls them and reads the catalog. Functions live in
+the real schema, so their package name comes from the connection's
+``schema_translate_map`` (``schema_translate_map`` does not rewrite function names).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Boolean, DateTime, Integer, Text, column, func, literal, select, table
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.functions import Function
+
+from legato.db import DEFAULT_SCHEMA, validate_schema_name
+from legato.errors import InvalidRunId
+from legato.schema import SCHEMA_PLACEHOLDER, Runs, is_uuid7, uuid7_time_ms
+
+Bounds = Sequence[tuple[uuid.UUID, uuid.UUID]]
+
+# Lightweight declarations of the two catalogs the bound query reads.
+_pg_inherits = table("pg_inherits", column("inhrelid"), column("inhparent"), schema="pg_catalog")
+_pg_class = table(
+    "pg_class", column("oid"), column("relname"), column("relpartbound"), schema="pg_catalog"
+)
+
+_BOUND = re.compile(
+    r"FOR VALUES FROM \('(?P<lower>[0-9a-f-]{36})'\) TO \('(?P<upper>[0-9a-f-]{36})'\)"
+)
+
+
+def schema_name(conn: AsyncConnection) -> str:
+    """The real schema the connection maps the placeholder ``legato`` to (validated)."""
+    sync = conn.sync_connection
+    options: Any = (
+        sync.get_execution_options() if sync is not None else conn.engine.get_execution_options()
+    )
+    mapping = options.get("schema_translate_map") or {}
+    return validate_schema_name(str(mapping.get(SCHEMA_PLACEHOLDER) or DEFAULT_SCHEMA))
+
+
+def _function(conn: AsyncConnection, name: str, *args: Any, type_: Any = None) -> Function[Any]:
+    return Function(name, *args, packagenames=(schema_name(conn),), type_=type_)
+
+
+async def ensure(conn: AsyncConnection, months_ahead: int = 3, days_ahead: int = 7) -> list[str]:
+    """Create this month's and ``months_ahead`` months of run-scoped partitions, and today's
+    and ``days_ahead`` days of timer partitions; return the names *this call* created.
+
+    Called by the decider process's periodic maintenance and ``legato partitions ensure``.
+    Served by ``ensure_partitions_v1``: it holds a per-schema advisory transaction lock
+    (released when the caller's transaction ends, so commit promptly) and treats a lost
+    creation race as someone else's report, so concurrent callers never both report one
+    partition and never fail.
+    """
+    if months_ahead < 0 or days_ahead < 0:
+        raise ValueError("months_ahead and days_ahead must be zero or more")
+    result = await conn.execute(
+        select(
+            _function(
+                conn,
+                "ensure_partitions_v1",
+                literal(months_ahead, Integer()),
+                literal(days_ahead, Integer()),
+                type_=Text(),
+            )
+        )
+    )
+    return [str(name) for name in result.scalars()]
+
+
+async def drop(
+    conn: AsyncConnection, older_than: datetime, dry_run: bool = False
+) -> list[tuple[str, str]]:
+    """Drop every monthly partition set (run_events, signals, tasks, then runs) and daily timer
+    partition that ended by ``older_than``; return ``(partition, action)`` pairs where the
+    action is ``dropped``, ``would drop`` or ``kept: <reason>``.
+
+    Called by ``legato partitions drop`` (retention). Served by ``drop_partitions_v1``,
+    under the same advisory lock as ``ensure``: a month that still has a RUNNING run
+    (checked through ``ix_runs_active``) is kept and reported, never dropped.
+    """
+    if older_than.tzinfo is None:
+        raise ValueError("older_than must be timezone-aware")
+    rows = _function(
+        conn,
+        "drop_partitions_v1",
+        literal(older_than, DateTime(timezone=True)),
+        literal(dry_run, Boolean()),
+    ).table_valued(column("partition", Text()), column("action", Text()))
+    result = await conn.execute(select(rows.c.partition, rows.c.action))
+    return [(str(partition), str(action)) for partition, action in result.tuples()]
+
+
+async def run_partition_bounds(conn: AsyncConnection) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """The ``[lower, upper)`` run-id range of each existing ``runs`` partition, in order.
+
+    Called by the client before it starts a run with a caller-supplied id (``check_run_id``)
+    and by ``legato partitions`` reporting. Reads ``pg_inherits`` / ``pg_class`` (a handful
+    of catalog rows) and parses ``pg_get_expr(relpartbound)``.
+    """
+    parent = func.to_regclass(func.format("%I.%I", schema_name(conn), Runs.table.name))
+    bound_expr = func.pg_get_expr(_pg_class.c.relpartbound, _pg_class.c.oid, type_=Text())
+    result = await conn.execute(
+        select(bound_expr)
+        .select_from(_pg_inherits.join(_pg_class, _pg_class.c.oid == _pg_inherits.c.inhrelid))
+        .where(_pg_inherits.c.inhparent == parent)
+    )
+    bounds: list[tuple[uuid.UUID, uuid.UUID]] = []
+    for expr in result.scalars():
+        match = _BOUND.search(str(expr))
+        if match is None:  # not a range partition Legato created; it bounds nothing for us
+            continue
+        bounds.append((uuid.UUID(match["lower"]), uuid.UUID(match["upper"])))
+    return sorted(bounds)
+
+
+def _when(value: uuid.UUID) -> str:
+    return datetime.fromtimestamp(uuid7_time_ms(value) / 1000, UTC).isoformat(
+        timespec="milliseconds"
+    )
+
+
+def check_run_id(run_id: uuid.UUID, bounds: Bounds) -> None:
+    """Refuse a caller-supplied run id that is not a UUIDv7 or that no ``runs`` partition
+    holds (raises ``InvalidRunId`` naming the id and the covered range); pure.
+
+    Called by the client's start path with ``run_partition_bounds`` before any write.
+    """
+    if not is_uuid7(run_id):
+        raise InvalidRunId(
+            f"run id {run_id} is not a UUIDv7 (it is a version {run_id.version} UUID): "
+            "run ids must be time-ordered UUIDv7 values, e.g. legato.schema.uuid7()"
+        )
+    if any(lower <= run_id < upper for lower, upper in bounds):
+        return
+    if not bounds:
+        raise InvalidRunId(
+            f"run id {run_id} (created {_when(run_id)}) cannot be stored: the runs table has "
+            "no partitions; run `legato partitions ensure`"
+        )
+    covered = f"{_when(min(lower for lower, _ in bounds))} to {_when(max(u for _, u in bounds))}"
+    raise InvalidRunId(
+        f"run id {run_id} (created {_when(run_id)}) falls outside every runs partition "
+        f"(partitions cover {covered}): use a current UUIDv7, or create its month with "
+        "`legato partitions ensure`"
+    )
