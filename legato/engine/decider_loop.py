@@ -123,9 +123,10 @@ async def apply_actions(
     for action in actions:
         if isinstance(action, StartChildRun):
             await start_child(conn, run.id, action)
-        elif isinstance(action, CancelChildRun):
-            if await runs.request_cancel(conn, action.run_id):
-                await decide_queue.enqueue(conn, [action.run_id], "parent cancelled")
+        elif isinstance(action, CancelChildRun) and await runs.request_cancel(
+            conn, action.run_id
+        ):
+            await decide_queue.enqueue(conn, [action.run_id], "parent cancelled")
     await run_events.append(conn, run.id, [a for a in actions if isinstance(a, AppendEvent)])
     for action in actions:
         if isinstance(action, FinishRun):
@@ -159,19 +160,14 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
         raise LookupError(
             f"child workflow {action.workflow_name!r} is not deployed (legato deploy --app ...)"
         )
-    await runs.insert_run(
+    await runs.insert_runs(
         conn,
-        run_id=action.task_id,
-        workflow_name=action.workflow_name,
-        workflow_version=version,
-        input=action.input,
-        parent_run_id=parent_id,
+        [runs.NewRun(action.task_id, action.workflow_name, version, action.input, parent_id)],
     )
-    await run_events.append(
+    await run_events.append_first(
         conn,
-        action.task_id,
-        [AppendEvent(type="run_started", data={"parent_run_id": str(parent_id)})],
-        first_seq=1,
+        [action.task_id],
+        AppendEvent(type="run_started", data={"parent_run_id": str(parent_id)}),
     )
     await decide_queue.enqueue(conn, [action.task_id], "child started")
 

@@ -126,7 +126,9 @@ class Loop:
                     raise
                 except Exception:
                     self._error_backoff = min(max(self._error_backoff * 2, 0.1), 5.0)
-                    log.exception("%s: tick failed; retrying in %.1fs", self.name, self._error_backoff)
+                    log.exception(
+                        "%s: tick failed; retrying in %.1fs", self.name, self._error_backoff
+                    )
                     await self._sleep(self._error_backoff)
                     continue
                 if not busy:

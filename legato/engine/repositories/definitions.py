@@ -3,48 +3,34 @@
 from __future__ import annotations
 
 from pydantic import JsonValue
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.schema import WorkflowDefinitions
 
 
-async def version_for(
-    conn: AsyncConnection, name: str, spec_hash: str, spec: JsonValue
-) -> tuple[int, bool]:
-    """The version of ``name`` whose spec has ``spec_hash``, inserting the next version if
-    the spec is new (deploy, Client.start of a workflow object). Returns (version, created).
-
-    A transaction-scoped advisory lock per name serialises version numbering.
-    Served by ``ix_workflow_definitions_name_spec_hash``.
-    """
-    existing = await conn.execute(
-        select(WorkflowDefinitions.version).where(
-            WorkflowDefinitions.name == name, WorkflowDefinitions.spec_hash == spec_hash
-        )
-    )
-    version = existing.scalar_one_or_none()
-    if version is not None:
-        return version, False
+async def stored_hashes(conn: AsyncConnection, name: str) -> dict[int, str]:
+    """Every stored version of ``name`` and its spec hash (deploy, Client.start of a
+    workflow object), read under a transaction-scoped advisory lock per name so
+    concurrent deploys number versions one at a time. Primary key."""
     await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext("legato-def:" + name))))
-    latest = await conn.execute(
-        select(func.coalesce(func.max(WorkflowDefinitions.version), 0)).where(
+    result = await conn.execute(
+        select(WorkflowDefinitions.version, WorkflowDefinitions.spec_hash).where(
             WorkflowDefinitions.name == name
         )
     )
-    version = int(latest.scalar_one()) + 1
-    inserted = await conn.execute(
-        insert(WorkflowDefinitions.table)
-        .values(name=name, version=version, spec=spec, spec_hash=spec_hash)
-        .on_conflict_do_nothing(
-            index_elements=[WorkflowDefinitions.name, WorkflowDefinitions.spec_hash]
+    return dict(result.tuples().all())
+
+
+async def insert_version(
+    conn: AsyncConnection, name: str, version: int, spec: JsonValue, spec_hash: str
+) -> None:
+    """Store a new version of a spec (deploy, Client.start). Primary key."""
+    await conn.execute(
+        insert(WorkflowDefinitions.table).values(
+            name=name, version=version, spec=spec, spec_hash=spec_hash
         )
-        .returning(WorkflowDefinitions.version)
     )
-    if inserted.first() is None:  # a concurrent deploy inserted the same spec first
-        return await version_for(conn, name, spec_hash, spec)
-    return version, True
 
 
 async def mark_deployed(conn: AsyncConnection, name: str, version: int) -> None:

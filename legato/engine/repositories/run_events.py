@@ -32,21 +32,18 @@ async def append(
     conn: AsyncConnection,
     run_id: uuid.UUID,
     events: Sequence[AppendEvent],
-    *,
-    first_seq: int | None = None,
 ) -> None:
-    """Append events in order (Client.start with ``first_seq=1``; the decider loop).
+    """Append events in order (decider loop).
 
     The caller holds the run's row lock (or the run is new), so reading the last seq
     and inserting after it cannot interleave. Served by the primary key.
     """
     if not events:
         return
-    if first_seq is None:
-        last = await conn.execute(
-            select(func.coalesce(func.max(RunEvents.seq), 0)).where(RunEvents.run_id == run_id)
-        )
-        first_seq = int(last.scalar_one()) + 1
+    last = await conn.execute(
+        select(func.coalesce(func.max(RunEvents.seq), 0)).where(RunEvents.run_id == run_id)
+    )
+    first_seq = int(last.scalar_one()) + 1
     await conn.execute(
         insert(RunEvents.table),
         [
@@ -60,6 +57,19 @@ async def append(
                 "data": event.data,
             }
             for offset, event in enumerate(events)
+        ],
+    )
+
+
+async def append_first(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID], event: AppendEvent
+) -> None:
+    """Write event 1 of many new runs in one statement (Client.start_many)."""
+    await conn.execute(
+        insert(RunEvents.table),
+        [
+            {"run_id": run_id, "seq": 1, "type": event.type, "data": event.data}
+            for run_id in run_ids
         ],
     )
 
@@ -83,4 +93,4 @@ async def history(
         .order_by(RunEvents.seq)
         .limit(limit)
     )
-    return [HistoryEvent(*row._tuple()) for row in result]
+    return [HistoryEvent(*row) for row in result]

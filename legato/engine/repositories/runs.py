@@ -6,6 +6,7 @@ Every statement filters on the run id (one partition) except the listing.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -91,29 +92,35 @@ def _row(
     )
 
 
-async def insert_run(
-    conn: AsyncConnection,
-    *,
-    run_id: uuid.UUID,
-    workflow_name: str,
-    workflow_version: int,
-    input: JsonValue,
-    parent_run_id: uuid.UUID | None = None,
-    idempotency_key: str | None = None,
-    scheduled_at: datetime | None = None,
-) -> None:
-    """Insert a RUNNING run (Client.start, and the decider for child runs). Primary key."""
+@dataclass(frozen=True)
+class NewRun:
+    run_id: uuid.UUID
+    workflow_name: str
+    workflow_version: int
+    input: JsonValue
+    parent_run_id: uuid.UUID | None = None
+    idempotency_key: str | None = None
+    scheduled_at: datetime | None = None
+
+
+async def insert_runs(conn: AsyncConnection, new_runs: Sequence[NewRun]) -> None:
+    """Insert RUNNING runs in one statement (Client.start / start_many, and the decider
+    for child runs). Primary key."""
     await conn.execute(
-        insert(Runs.table).values(
-            id=run_id,
-            workflow_name=workflow_name,
-            workflow_version=workflow_version,
-            status=RunStatus.RUNNING,
-            input=input,
-            parent_run_id=parent_run_id,
-            idempotency_key=idempotency_key,
-            scheduled_at=scheduled_at,
-        )
+        insert(Runs.table),
+        [
+            {
+                "id": run.run_id,
+                "workflow_name": run.workflow_name,
+                "workflow_version": run.workflow_version,
+                "status": RunStatus.RUNNING,
+                "input": run.input,
+                "parent_run_id": run.parent_run_id,
+                "idempotency_key": run.idempotency_key,
+                "scheduled_at": run.scheduled_at,
+            }
+            for run in new_runs
+        ],
     )
 
 

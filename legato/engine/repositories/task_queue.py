@@ -81,7 +81,7 @@ async def claim(
             TaskQueue.task_name,
         )
     )
-    return [Claimed(*row._tuple()) for row in result]
+    return [Claimed(*row) for row in result]
 
 
 async def extend_leases(
@@ -147,7 +147,7 @@ async def claim_expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    return [Claimed(*row._tuple()) for row in result]
+    return [Claimed(*row) for row in result]
 
 
 async def leased_by(conn: AsyncConnection, owner: str) -> int:

@@ -221,7 +221,7 @@ async def start_attempts(
         )
     )
     return [
-        StartedAttempt(*row._tuple()) for row in result if attempts.get((row[0], row[1])) == row[2]
+        StartedAttempt(*row) for row in result if attempts.get((row[0], row[1])) == row[2]
     ]
 
 

@@ -110,4 +110,4 @@ async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
             Timers.due_at,
         )
     )
-    return [DueTimer(*row._tuple()) for row in result]
+    return [DueTimer(*row) for row in result]

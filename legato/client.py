@@ -1,0 +1,454 @@
+"""The embedding API: start runs, signal and cancel them, wait for results, read history.
+
+```python
+async with await Client.connect(app=app) as client:
+    handle = await client.start(signup, Signup(email="a@example.com"))
+    await client.signal(handle.run_id, "signup.confirmed", Confirmed(ok=True))
+    active = await handle.result()          # typed: Active
+```
+
+Every method validates before it writes: bad input raises a ``legato.errors``
+exception naming the problem, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar, overload
+
+from pydantic import JsonValue
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from legato.db import check_database, create_engine, resolve_schema
+from legato.engine.decider.model import AppendEvent, TaskError
+from legato.engine.deploy import deploy_workflows, store_version, with_children
+from legato.engine.repositories import (
+    decide_queue,
+    definitions,
+    idempotency_keys,
+    notify,
+    partitions,
+    run_events,
+    runs,
+    signals,
+    tasks,
+)
+from legato.engine.repositories.run_events import HistoryEvent
+from legato.engine.repositories.runs import RunRow
+from legato.engine.repositories.tasks import TaskRow
+from legato.errors import (
+    InvalidInput,
+    InvalidRunId,
+    PayloadTooLarge,
+    RunFailed,
+    RunFinished,
+    RunNotFound,
+    UnknownWorkflow,
+)
+from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
+from legato.schema import RunStatus, uuid7
+from legato.schema.types import strip_nul
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class RunDetails:
+    """A run with its task attempts and its history."""
+
+    run: RunRow
+    tasks: list[TaskRow]
+    history: list[HistoryEvent]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of runs, newest first; pass ``next_before`` to get the next page."""
+
+    runs: list[RunRow]
+    next_before: uuid.UUID | None
+
+
+class RunHandle(Generic[Out]):
+    """A started run: its id, and a typed wait for its result."""
+
+    def __init__(self, client: Client, run_id: uuid.UUID, workflow: Workflow[Any, Out] | None):
+        self.client = client
+        self.run_id = run_id
+        self._workflow = workflow
+
+    async def result(self, timeout: float | None = None) -> Out:
+        """Wait for the run to finish; its output decoded, or ``RunFailed``."""
+        output = await self.client.result(self.run_id, timeout=timeout)
+        if self._workflow is None:
+            return output  # type: ignore[return-value]  # untyped handle: JSON out
+        return self._workflow.parse_output(output)
+
+    def __repr__(self) -> str:
+        return f"<run {self.run_id}>"
+
+
+class Client:
+    """Talks to Legato's tables; safe to share across tasks of one event loop."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        app: App | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        idempotency_retention: timedelta = timedelta(days=30),
+        owns_engine: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.app = app
+        self.max_payload_bytes = max_payload_bytes
+        self.idempotency_retention = idempotency_retention
+        self.schema = str(engine.get_execution_options()["schema_translate_map"]["legato"])
+        self._owns_engine = owns_engine
+        self._versions: dict[tuple[str, str], int] = {}
+        self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        database_url: str | None = None,
+        *,
+        schema: str | None = None,
+        app: App | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> Client:
+        """Connect (``LEGATO_DATABASE_URL`` by default) and check the server and schema."""
+        engine = create_engine(database_url, schema)
+        try:
+            async with engine.connect() as conn:
+                await check_database(conn, resolve_schema(schema))
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(engine, app=app, max_payload_bytes=max_payload_bytes, owns_engine=True)
+
+    async def close(self) -> None:
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- deploying ----------------------------------------------------------------------------
+
+    async def deploy(self, app: App | None = None) -> dict[str, int]:
+        """Store every workflow of ``app`` (children included) and mark those versions
+        deployed. Unchanged specs keep their version. Returns name -> version."""
+        target = app or self.app
+        if target is None:
+            raise UnknownWorkflow("nothing to deploy: pass an App")
+        async with self.engine.begin() as conn:
+            return await deploy_workflows(conn, target.workflows.values())
+
+    async def _version_of(self, conn: AsyncConnection, workflow: WorkflowDefinition) -> int:
+        key = (workflow.name, workflow.spec_hash)
+        version = self._versions.get(key)
+        if version is None:
+            for child in with_children(workflow.children.values()):
+                await store_version(conn, child, deploy=False)
+            version = await store_version(conn, workflow, deploy=False)
+            self._versions[key] = version
+        return version
+
+    # -- starting -----------------------------------------------------------------------------
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[In, Out],
+        input: In,
+        *,
+        idempotency_key: str | None = None,
+        run_id: uuid.UUID | None = None,
+        start_at: datetime | None = None,
+    ) -> RunHandle[Out]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        input: JsonValue,
+        *,
+        idempotency_key: str | None = None,
+        run_id: uuid.UUID | None = None,
+        start_at: datetime | None = None,
+    ) -> RunHandle[JsonValue]: ...
+
+    async def start(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        *,
+        idempotency_key: str | None = None,
+        run_id: uuid.UUID | None = None,
+        start_at: datetime | None = None,
+    ) -> RunHandle[Any]:
+        """Start a run and return its handle.
+
+        The input is validated by the workflow's input model. With an
+        ``idempotency_key``, starting again (even concurrently) returns the same run.
+        ``run_id`` must be a UUIDv7 inside an existing partition; ``start_at`` delays
+        the run's first decision.
+        """
+        definition = self._definition(workflow)
+        payload = self._validated_input(definition, workflow, input)
+        if run_id is not None:
+            await self._check_run_id(run_id)
+        new_id = run_id or uuid7()
+        async with self.engine.begin() as conn:
+            if definition is not None:
+                version = await self._version_of(conn, definition)
+            else:
+                assert isinstance(workflow, str)
+                found = await definitions.deployed_version(conn, workflow)
+                if found is None:
+                    raise UnknownWorkflow(
+                        f"unknown workflow {workflow!r}: no deployed version "
+                        "(deploy it with `legato deploy --app module:app`)"
+                    )
+                version = found
+            name = definition.name if definition is not None else str(workflow)
+            if idempotency_key is not None:
+                existing = await idempotency_keys.claim(
+                    conn,
+                    name,
+                    idempotency_key,
+                    new_id,
+                    datetime.now(UTC) + self.idempotency_retention,
+                )
+                if existing is not None:
+                    return RunHandle(self, existing, _typed(workflow))
+            await self._insert_run(conn, new_id, name, version, payload, idempotency_key, start_at)
+        return RunHandle(self, new_id, _typed(workflow))
+
+    async def start_many(
+        self, workflow: Workflow[In, Out], inputs: Sequence[In]
+    ) -> list[RunHandle[Out]]:
+        """Start many runs of one workflow in one transaction (one round trip per table)."""
+        payloads = [self._validated_input(workflow, workflow, item) for item in inputs]
+        ids = [uuid7() for _ in payloads]
+        async with self.engine.begin() as conn:
+            version = await self._version_of(conn, workflow)
+            await runs.insert_runs(
+                conn,
+                [
+                    runs.NewRun(run_id, workflow.name, version, payload)
+                    for run_id, payload in zip(ids, payloads, strict=True)
+                ],
+            )
+            await run_events.append_first(conn, ids, _started_event())
+            await decide_queue.enqueue(conn, ids, "started")
+            await notify.send(conn, notify.decide_channel(self.schema))
+        return [RunHandle(self, run_id, workflow) for run_id in ids]
+
+    async def _insert_run(
+        self,
+        conn: AsyncConnection,
+        run_id: uuid.UUID,
+        name: str,
+        version: int,
+        payload: JsonValue,
+        idempotency_key: str | None,
+        start_at: datetime | None,
+    ) -> None:
+        await runs.insert_runs(
+            conn, [runs.NewRun(run_id, name, version, payload, None, idempotency_key, start_at)]
+        )
+        await run_events.append_first(conn, [run_id], _started_event())
+        await decide_queue.enqueue(conn, [run_id], "started", available_at=start_at)
+        await notify.send(conn, notify.decide_channel(self.schema))
+
+    def _definition(self, workflow: Workflow[Any, Any] | str) -> WorkflowDefinition | None:
+        if isinstance(workflow, WorkflowDefinition):
+            return workflow
+        if self.app is not None and workflow in self.app.workflows:
+            return self.app.workflows[workflow]
+        return None
+
+    def _validated_input(
+        self, definition: WorkflowDefinition | None, workflow: object, value: object
+    ) -> JsonValue:
+        if definition is not None:
+            try:
+                payload = definition.validate_input(value)
+            except InputValidationError as error:
+                raise InvalidInput(str(error)) from None
+        else:
+            payload = value  # type: ignore[assignment]  # by name, no model to check against
+        return self._sized(strip_nul(payload), f"input of workflow {workflow!s}")
+
+    def _sized(self, payload: JsonValue, what: str) -> JsonValue:
+        try:
+            size = len(json.dumps(payload, separators=(",", ":")).encode())
+        except (TypeError, ValueError) as error:
+            raise InvalidInput(f"{what} is not JSON: {error}") from None
+        if size > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"{what} is {size} bytes, over the {self.max_payload_bytes}-byte limit "
+                "(Client(max_payload_bytes=...) raises it)"
+            )
+        return payload
+
+    async def _check_run_id(self, run_id: uuid.UUID) -> None:
+        if self._bounds is None:
+            async with self.engine.connect() as conn:
+                self._bounds = await partitions.run_partition_bounds(conn)
+        try:
+            partitions.check_run_id(run_id, self._bounds)
+        except InvalidRunId:
+            async with self.engine.connect() as conn:  # partitions may have been added
+                self._bounds = await partitions.run_partition_bounds(conn)
+            partitions.check_run_id(run_id, self._bounds)
+
+    # -- signals, events, cancellation -------------------------------------------------------
+
+    async def signal(self, run_id: uuid.UUID, name: str, payload: Any = None) -> None:
+        """Send a signal to a running run; buffered until a wait for ``name`` takes it."""
+        async with self.engine.begin() as conn:
+            run = await self._running(conn, run_id, f"signal {name!r}")
+            data = self._signal_payload(run.workflow_name, name, payload)
+            await decide_queue.enqueue(conn, [run_id], f"signal {name}"[:200])
+            await signals.add(conn, run_id, uuid7(), name, data)
+            await notify.send(conn, notify.decide_channel(self.schema))
+
+    async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:
+        """Signal every run currently waiting for event ``name``; returns their ids."""
+        async with self.engine.begin() as conn:
+            waiting = await tasks.open_waits(conn, name)
+            delivered: list[uuid.UUID] = []
+            for run_id in sorted(waiting):
+                run = await runs.get(conn, run_id)
+                if run is None or run.status is not RunStatus.RUNNING:
+                    continue
+                data = self._signal_payload(run.workflow_name, name, payload)
+                delivered.append(run_id)
+                await decide_queue.enqueue(conn, [run_id], f"event {name}"[:200])
+                await signals.add(conn, run_id, uuid7(), name, data)
+            if delivered:
+                await notify.send(conn, notify.decide_channel(self.schema))
+        return delivered
+
+    def _signal_payload(self, workflow_name: str, name: str, payload: Any) -> JsonValue:
+        definition = self.app.workflows.get(workflow_name) if self.app is not None else None
+        if definition is not None:
+            try:
+                data = definition.validate_event(name, payload)
+            except (InputValidationError, UnknownEventError) as error:
+                raise InvalidInput(str(error)) from None
+        elif hasattr(payload, "model_dump"):
+            data = payload.model_dump(mode="json")
+        else:
+            data = payload
+        return self._sized(strip_nul(data), f"payload of signal {name!r}")
+
+    async def cancel(self, run_id: uuid.UUID) -> None:
+        """Ask a running run to cancel: pending work is cancelled, running tasks are
+        interrupted, and the run finishes CANCELLED."""
+        async with self.engine.begin() as conn:
+            await self._running(conn, run_id, "cancel")
+            await decide_queue.enqueue(conn, [run_id], "cancel requested")
+            if not await runs.request_cancel(conn, run_id):
+                raise RunFinished(f"run {run_id} has already finished; nothing to cancel")
+            await notify.send(conn, notify.decide_channel(self.schema))
+
+    async def _running(self, conn: AsyncConnection, run_id: uuid.UUID, what: str) -> RunRow:
+        run = await runs.get(conn, run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id}")
+        if run.status is not RunStatus.RUNNING:
+            raise RunFinished(f"cannot {what}: run {run_id} has already {run.status.value}")
+        return run
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def result(self, run_id: uuid.UUID, timeout: float | None = None) -> JsonValue:
+        """Wait until the run finishes; return its JSON output or raise ``RunFailed``."""
+        run = await self._wait_finished(run_id, timeout)
+        if run.status is RunStatus.SUCCEEDED:
+            return run.output
+        raise RunFailed(_failure_message(run))
+
+    async def _wait_finished(self, run_id: uuid.UUID, timeout: float | None) -> RunRow:
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        delay = 0.01
+        while True:
+            async with self.engine.connect() as conn:
+                run = await runs.get(conn, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            if run.status is not RunStatus.RUNNING:
+                return run
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                raise TimeoutError(f"run {run_id} is still running after {timeout}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    async def get_run(self, run_id: uuid.UUID) -> RunDetails:
+        """A run with its attempts and history (``legato runs show``)."""
+        async with self.engine.connect() as conn:
+            run = await runs.get(conn, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            return RunDetails(
+                run=run,
+                tasks=await tasks.load(conn, run_id),
+                history=await run_events.history(conn, run_id),
+            )
+
+    async def history(self, run_id: uuid.UUID, after_seq: int = 0) -> list[HistoryEvent]:
+        """A run's history events after ``after_seq``."""
+        async with self.engine.connect() as conn:
+            return await run_events.history(conn, run_id, after_seq)
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        before: uuid.UUID | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """Runs newest first, filtered, keyset-paginated by run id."""
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        async with self.engine.connect() as conn:
+            page = await runs.list_runs(
+                conn, workflow_name=workflow, status=status, before=before, limit=limit + 1
+            )
+        more = len(page) > limit
+        page = page[:limit]
+        return RunPage(runs=page, next_before=page[-1].id if more and page else None)
+
+
+def _typed(workflow: object) -> Workflow[Any, Any] | None:
+    return workflow if isinstance(workflow, Workflow) else None
+
+
+def _started_event() -> AppendEvent:
+    return AppendEvent(type="run_started")
+
+
+def _failure_message(run: RunRow) -> str:
+    error: TaskError | None = run.error
+    if run.status is RunStatus.CANCELLED:
+        return f"run {run.id} was cancelled"
+    if error is None:
+        return f"run {run.id} failed"
+    return f"run {run.id} failed: {error.type}: {error.message}"

@@ -1,0 +1,43 @@
+"""Periodic maintenance in the decider process: partitions ahead, expired keys pruned."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.engine.loops import Loop
+from legato.engine.repositories import idempotency_keys, partitions
+
+log = logging.getLogger("legato.maintenance")
+
+
+class MaintenanceLoop(Loop):
+    """Creates partitions ahead (under the functions' advisory lock, so every decider
+    process may run it) and prunes expired idempotency keys."""
+
+    name = "maintenance"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        interval: float = 3600.0,
+        months_ahead: int = 3,
+        days_ahead: int = 7,
+    ) -> None:
+        super().__init__(poll_interval=interval, wakeups=None, channel=None)
+        self.engine = engine
+        self.months_ahead = months_ahead
+        self.days_ahead = days_ahead
+
+    async def tick(self) -> bool:
+        async with self.engine.begin() as conn:
+            created = await partitions.ensure(conn, self.months_ahead, self.days_ahead)
+        async with self.engine.begin() as conn:
+            pruned = await idempotency_keys.prune(conn)
+        if created:
+            log.info("created partitions: %s", ", ".join(created))
+        if pruned:
+            log.info("pruned %d expired idempotency keys", pruned)
+        return False
