@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.decider import decide
+from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
     Action,
     AppendEvent,
