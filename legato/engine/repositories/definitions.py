@@ -19,7 +19,7 @@ async def stored_hashes(conn: AsyncConnection, name: str) -> dict[int, str]:
             WorkflowDefinitions.name == name
         )
     )
-    return {version: spec_hash for version, spec_hash in result.all()}
+    return dict(result.all())
 
 
 async def insert_version(
