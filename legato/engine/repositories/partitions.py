@@ -96,7 +96,7 @@ async def drop(
         literal(dry_run, Boolean()),
     ).table_valued(column("partition", Text()), column("action", Text()))
     result = await conn.execute(select(rows.c.partition, rows.c.action))
-    return [(str(partition), str(action)) for partition, action in result.tuples()]
+    return [(str(partition), str(action)) for partition, action in result]
 
 
 async def run_partition_bounds(conn: AsyncConnection) -> list[tuple[uuid.UUID, uuid.UUID]]:
@@ -106,7 +106,13 @@ async def run_partition_bounds(conn: AsyncConnection) -> list[tuple[uuid.UUID, u
     and by ``legato partitions`` reporting. Reads ``pg_inherits`` / ``pg_class`` (a handful
     of catalog rows) and parses ``pg_get_expr(relpartbound)``.
     """
-    parent = func.to_regclass(func.format("%I.%I", schema_name(conn), Runs.table.name))
+    parent = func.to_regclass(
+        func.format(
+            literal("%I.%I", Text()),
+            literal(schema_name(conn), Text()),
+            literal(Runs.table.name, Text()),
+        )
+    )
     bound_expr = func.pg_get_expr(_pg_class.c.relpartbound, _pg_class.c.oid, type_=Text())
     result = await conn.execute(
         select(bound_expr)
