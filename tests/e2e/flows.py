@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from enum import StrEnum
 
 from pydantic import BaseModel
 
-from legato import App, Flow, Node, Retry, TaskContext, task, workflow
+from legato import App, FailureInfo, Flow, Node, Retry, TaskContext, task, workflow
 
 
 class Signup(BaseModel):
@@ -78,4 +80,150 @@ def retrying(flow: Flow[str]) -> Node[str]:
     return flow.run(flaky, flow.input)
 
 
-app = App(workflows=[signup, chain, retrying])
+# -- every node kind -----------------------------------------------------------------------
+
+CALLS: list[str] = []
+
+
+@task()
+async def record(ctx: TaskContext, label: str) -> str:
+    CALLS.append(label)
+    return label
+
+
+@workflow("sleepy")
+def sleepy(flow: Flow[str]) -> Node[str]:
+    first = flow.run(record, flow.input)
+    nap = flow.sleep(timedelta(milliseconds=300), after=[first])
+    return flow.run(record, first, after=[nap], name="after_sleep")
+
+
+class Plan(StrEnum):
+    FREE = "free"
+    PRO = "pro"
+
+
+class Account(BaseModel):
+    name: str
+    plan: Plan
+
+
+@task()
+async def upsell(ctx: TaskContext, account: Account) -> str:
+    CALLS.append(f"upsell {account.name}")
+    return f"upsell {account.name}"
+
+
+@task()
+async def welcome_pro(ctx: TaskContext, account: Account) -> str:
+    CALLS.append(f"welcome {account.name}")
+    return f"welcome {account.name}"
+
+
+@workflow("branching")
+def branching(flow: Flow[Account]) -> Node[str]:
+    with flow.switch(flow.input, "plan") as sw:
+        with sw.case(Plan.FREE):
+            free = flow.run(upsell, flow.input)
+        with sw.case(Plan.PRO):
+            pro = flow.run(welcome_pro, flow.input)
+    return flow.first_of(free, pro)
+
+
+@task()
+async def words(ctx: TaskContext, text: str) -> list[str]:
+    return text.split()
+
+
+@task()
+async def shout(ctx: TaskContext, word: str) -> str:
+    return word.upper()
+
+
+@workflow("fanout")
+def fanout(flow: Flow[str]) -> Node[list[str]]:
+    return flow.map(shout, flow.run(words, flow.input), max_concurrency=2)
+
+
+@workflow("parent")
+def parent(flow: Flow[int]) -> Node[int]:
+    return flow.run(double, flow.child(chain, flow.input))
+
+
+class Broken(Exception):
+    pass
+
+
+@task(retry=Retry(attempts=3, dont_retry_on=(Broken,)))
+async def broken(ctx: TaskContext, value: int) -> int:
+    raise Broken(f"cannot handle {value}")
+
+
+HANDLED: list[FailureInfo] = []
+
+
+@task()
+async def compensate(ctx: TaskContext, failure: FailureInfo) -> None:
+    HANDLED.append(failure)
+
+
+@workflow("compensated")
+def compensated(flow: Flow[int]) -> Node[int]:
+    flow.on_failure(compensate)
+    return flow.run(broken, flow.input)
+
+
+class Approval(BaseModel):
+    approved: bool
+
+
+@workflow("approval")
+def approval(flow: Flow[str]) -> Node[Approval]:
+    return flow.wait_for_event(
+        "approval", Approval, timeout=timedelta(milliseconds=300), default=Approval(approved=False)
+    )
+
+
+@workflow("strict_approval")
+def strict_approval(flow: Flow[str]) -> Node[Approval]:
+    return flow.wait_for_event("approval", Approval, timeout=timedelta(milliseconds=300))
+
+
+@workflow("late_wait")
+def late_wait(flow: Flow[str]) -> Node[Approval]:
+    nap = flow.sleep(timedelta(milliseconds=400))
+    return flow.wait_for_event("approval", Approval, after=[nap])
+
+
+@task()
+async def forever(ctx: TaskContext, label: str) -> str:
+    CALLS.append(f"forever {label} started")
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        CALLS.append(f"forever {label} cancelled")
+        raise
+    return label
+
+
+@workflow("endless")
+def endless(flow: Flow[str]) -> Node[str]:
+    return flow.run(forever, flow.input)
+
+
+app = App(
+    workflows=[
+        signup,
+        chain,
+        retrying,
+        sleepy,
+        branching,
+        fanout,
+        parent,
+        compensated,
+        approval,
+        strict_approval,
+        late_wait,
+        endless,
+    ]
+)
