@@ -1,0 +1,165 @@
+"""``legato db ...`` and ``legato partitions ...`` as a user runs them: a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from legato.cli import main
+from legato.db import resolve_url
+
+
+@dataclass
+class Outcome:
+    status: int
+    stdout: str
+    stderr: str
+
+
+async def legato(*args: str, database_url: str | None = None) -> Outcome:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEGATO_")}
+    url = ("--database-url", database_url) if database_url else ()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "legato",
+        *args,
+        *url,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await process.communicate()
+    assert process.returncode is not None
+    return Outcome(process.returncode, stdout.decode(), stderr.decode())
+
+
+def assert_one_line_error(outcome: Outcome, *fragments: str) -> None:
+    assert outcome.status != 0, outcome
+    assert "Traceback" not in outcome.stderr, outcome.stderr
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1, outcome.stderr
+    assert lines[0].startswith("legato: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+async def _schemas(url: str) -> set[str]:
+    engine = create_async_engine(resolve_url(url))
+    try:
+        async with engine.connect() as conn:
+            result = await conn.exec_driver_sql(
+                "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
+                "AND nspname NOT IN ('information_schema', 'public')"
+            )
+            return {str(name) for name in result.scalars()}
+    finally:
+        await engine.dispose()
+
+
+async def test_upgrade_current_check_downgrade(empty_database_url: str) -> None:
+    url = empty_database_url
+    before = await legato("db", "check", database_url=url)
+    assert before.status == 1
+    assert "run `legato db upgrade`" in before.stdout
+
+    upgraded = await legato("db", "upgrade", database_url=url)
+    assert upgraded.status == 0, upgraded.stderr
+    assert "schema 'legato' is at 0001" in upgraded.stdout
+
+    current, check, ensure = await asyncio.gather(
+        legato("db", "current", database_url=url),
+        legato("db", "check", database_url=url),
+        legato("partitions", "ensure", "--ahead", "4", database_url=url),
+    )
+    assert current.stdout.strip() == "0001 (head)"
+    assert check.status == 0
+    assert ensure.status == 0, ensure.stderr
+    created = ensure.stdout.splitlines()
+    assert len(created) == 4
+    assert all(line.startswith("created ") for line in created)
+
+    downgraded = await legato("db", "downgrade", database_url=url)
+    assert downgraded.status == 0, downgraded.stderr
+    assert "is at base" in downgraded.stdout
+
+
+async def test_unreachable_server_is_one_line() -> None:
+    outcome = await legato("db", "upgrade", database_url="postgresql://x@127.0.0.1:1/db")
+    assert outcome.status == 1
+    assert_one_line_error(outcome, "cannot reach the database")
+
+
+async def test_invalid_schema_names_change_nothing(empty_database_url: str) -> None:
+    url = empty_database_url
+    outcomes = await asyncio.gather(
+        legato("db", "upgrade", "--schema", "x;drop", database_url=url),
+        legato("db", "upgrade", "--schema", 'x"y', database_url=url),
+    )
+    for outcome in outcomes:
+        assert_one_line_error(outcome, "invalid schema name")
+    assert await _schemas(url) == set()
+
+
+# In-process: the same entry point (``legato.cli.main``) without a second of start-up each.
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> Outcome:
+    try:
+        status = main(list(args))
+    except SystemExit as exit_:  # argparse usage errors
+        status = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return Outcome(status, captured.out, captured.err)
+
+
+@pytest.fixture
+def no_legato_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [key for key in os.environ if key.startswith("LEGATO_")]:
+        monkeypatch.delenv(key)
+
+
+@pytest.mark.usefixtures("no_legato_env")
+def test_partition_commands_report(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    url = ("--database-url", database_url)
+    ensure = run_main(capsys, "partitions", "ensure", *url)
+    assert ensure.status == 0, ensure.stderr
+    assert ensure.stdout.startswith("no partitions needed: this month and 3 ahead")
+    drop = run_main(capsys, "partitions", "drop", "--older-than", "2001-01-01", "--dry-run", *url)
+    assert drop.status == 0, drop.stderr
+    assert drop.stdout.startswith("no partitions ended before 2001-01-01")
+    check = run_main(capsys, "db", "check", *url)
+    assert check.status == 0
+    assert check.stdout.startswith("schema 'legato' is at head")
+
+
+@pytest.mark.usefixtures("no_legato_env")
+def test_missing_database_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = run_main(capsys, "db", "current")
+    assert_one_line_error(outcome, "--database-url", "LEGATO_DATABASE_URL")
+
+
+@pytest.mark.usefixtures("no_legato_env")
+def test_more_invalid_schema_names(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for schema in ("it's", "1abc", "a" * 64, "x y"):
+        outcome = run_main(
+            capsys, "partitions", "ensure", "--schema", schema, "--database-url", database_url
+        )
+        assert_one_line_error(outcome, "invalid schema name")
+
+
+@pytest.mark.usefixtures("no_legato_env")
+def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    url = ("--database-url", "postgresql://x@127.0.0.1:1/db")
+    bad_date = run_main(capsys, "partitions", "drop", "--older-than", "last week", *url)
+    bad_ahead = run_main(capsys, "partitions", "ensure", "--ahead", "-1", *url)
+    for outcome in (bad_date, bad_ahead):
+        assert outcome.status == 2
+        assert "Traceback" not in outcome.stderr
+    assert "not a date" in bad_date.stderr
+    assert "not a number of months" in bad_ahead.stderr
