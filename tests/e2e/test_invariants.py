@@ -1,0 +1,165 @@
+"""DESIGN §5 invariants that need no extra processes: fencing, idempotency, bad input,
+graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import (
+    Client,
+    InvalidInput,
+    InvalidRunId,
+    PayloadTooLarge,
+    RunFinished,
+    RunNotFound,
+    RunStatus,
+    Runtime,
+    TaskState,
+    UnknownWorkflow,
+    uuid7,
+)
+from legato.engine.reports import Report, apply_reports
+from legato.engine.repositories import task_queue, tasks
+from legato.runtime import Roles
+from legato.schema import DecideQueue, IdempotencyKeys, RunEvents, Runs, Signals, Tasks
+from tests.e2e import flows
+
+
+async def _count(engine: AsyncEngine, table: object) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(table))).scalar_one())  # type: ignore[arg-type]
+
+
+async def _rows(engine: AsyncEngine) -> dict[str, int]:
+    return {
+        "runs": await _count(engine, Runs.table),
+        "tasks": await _count(engine, Tasks.table),
+        "signals": await _count(engine, Signals.table),
+        "events": await _count(engine, RunEvents.table),
+        "decide": await _count(engine, DecideQueue.table),
+        "keys": await _count(engine, IdempotencyKeys.table),
+    }
+
+
+async def test_a_stale_report_changes_nothing(
+    runtime: Runtime, client: Client, engine: AsyncEngine
+) -> None:
+    handle = await client.start(flows.chain, 1)
+    assert await handle.result(timeout=20) == 5
+    details = await client.get_run(handle.run_id)
+    done = details.tasks[0]
+    stale = tasks.Transition(
+        run_id=handle.run_id,
+        task_id=done.task_id,
+        attempt=done.attempt,
+        state=TaskState.FAILED,
+        from_states=(TaskState.RUNNING,),
+    )
+    async with engine.begin() as conn:
+        assert await apply_reports(conn, [Report(stale)], "test") == 0
+    wrong_attempt = tasks.Transition(
+        run_id=handle.run_id,
+        task_id=done.task_id,
+        attempt=done.attempt + 1,
+        state=TaskState.FAILED,
+    )
+    async with engine.begin() as conn:
+        assert await apply_reports(conn, [Report(wrong_attempt)], "test") == 0
+    after = await client.get_run(handle.run_id)
+    assert after.tasks == details.tasks
+    assert after.run.status is RunStatus.SUCCEEDED
+
+
+async def test_concurrent_starts_with_one_key_make_one_run(
+    client: Client, engine: AsyncEngine
+) -> None:
+    handles = await asyncio.gather(
+        *(client.start(flows.chain, 1, idempotency_key="order-42") for _ in range(10))
+    )
+    assert len({h.run_id for h in handles}) == 1
+    assert await _count(engine, Runs.table) == 1
+    again = await client.start(flows.chain, 1, idempotency_key="order-42")
+    assert again.run_id == handles[0].run_id
+
+
+async def test_bad_input_is_refused_and_writes_nothing(client: Client, engine: AsyncEngine) -> None:
+    finished = await client.start(flows.chain, 1)  # a run we then finish by hand below
+    before = await _rows(engine)
+    with pytest.raises(UnknownWorkflow, match="nosuch"):
+        await client.start("nosuch", {})
+    with pytest.raises(InvalidInput, match="chain"):
+        await client.start(flows.chain, "not a number")  # type: ignore[misc]
+    with pytest.raises(InvalidRunId, match="not a UUIDv7"):
+        await client.start(flows.chain, 1, run_id=uuid.uuid4())
+    from_2019 = uuid7(int(datetime(2019, 5, 1, tzinfo=UTC).timestamp() * 1000))
+    with pytest.raises(InvalidRunId, match="outside every runs partition"):
+        await client.start(flows.chain, 1, run_id=from_2019)
+    with pytest.raises(PayloadTooLarge, match="limit"):
+        await client.start(flows.signup, flows.Signup(email="x" * (1 << 20)))
+    with pytest.raises(RunNotFound):
+        await client.signal(uuid7(), "signup.confirmed", flows.Confirmed(code="x"))
+    with pytest.raises(InvalidInput, match="approval"):
+        await client.signal(finished.run_id, "approval", {"approved": True})  # chain has no wait
+    assert await _rows(engine) == before
+    async with engine.begin() as conn:
+        await conn.execute(
+            Runs.table.update().where(Runs.id == finished.run_id).values(status=RunStatus.SUCCEEDED)
+        )
+    before = await _rows(engine)
+    with pytest.raises(RunFinished):
+        await client.cancel(finished.run_id)
+    with pytest.raises(RunFinished):
+        await client.signal(finished.run_id, "signup.confirmed", {"code": "x"})
+    assert await _rows(engine) == before
+
+
+async def test_a_client_supplied_uuid7_is_used(client: Client) -> None:
+    run_id = uuid7()
+    handle = await client.start(flows.chain, 1, run_id=run_id)
+    assert handle.run_id == run_id
+    assert (await client.get_run(run_id)).run.workflow_name == "chain"
+
+
+async def test_graceful_shutdown_releases_unfinished_attempts(
+    engine: AsyncEngine, client: Client
+) -> None:
+    flows.CALLS.clear()
+    runtime = Runtime(engine, flows.app, poll_interval=0.1, grace_period=0.2)
+    await runtime.start()
+    handle = await client.start(flows.endless, "g1")
+    deadline = time.monotonic() + 15
+    while "forever g1 started" not in flows.CALLS:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert runtime.worker is not None
+    owner = runtime.worker.worker_id
+    await runtime.stop()
+    async with engine.connect() as conn:
+        assert await task_queue.leased_by(conn, owner) == 0
+    details = await client.get_run(handle.run_id)
+    assert [t.state for t in details.tasks] == [TaskState.QUEUED]
+    # Another worker takes the released attempt at once (no lease expiry to wait for).
+    flows.CALLS.clear()
+    again = Runtime(
+        engine,
+        flows.app,
+        roles=Roles(decider=False, timer=False),
+        poll_interval=0.1,
+        grace_period=0.2,
+    )
+    await again.start()
+    try:
+        deadline = time.monotonic() + 5
+        while "forever g1 started" not in flows.CALLS:
+            assert time.monotonic() < deadline, "the released attempt was not taken again"
+            await asyncio.sleep(0.05)
+        assert (await client.get_run(handle.run_id)).tasks[0].attempt == 1
+    finally:
+        await again.stop()
