@@ -18,7 +18,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from sqlalchemy import Column, Connection, MetaData, String, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.db import DEFAULT_SCHEMA, validate_schema_name
@@ -57,6 +57,42 @@ def migration_schema() -> str:
     attributes = config.attributes if config is not None else {}
     schema = attributes.get("legato_schema") or os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA
     return validate_schema_name(str(schema))
+
+
+def hosted() -> bool:
+    """Whether a host application's Alembic environment (not ``legato db``) runs this migration.
+
+    A host records Legato's revisions in its own version table, so each Legato migration
+    mirrors its revision into ``<schema>.legato_version`` (``record_revision``): the
+    engine's start-up check reads that table whichever environment migrated.
+    """
+    from alembic import op
+
+    context = op.get_context()
+    return not (
+        context.version_table == VERSION_TABLE
+        and context.version_table_schema == migration_schema()
+    )
+
+
+def record_revision(revision: str | None) -> None:
+    """End of every Legato migration: under a host's Alembic, set ``legato_version`` to
+    ``revision`` (``None`` after downgrading to base). Under ``legato db`` Alembic does it."""
+    if not hosted():
+        return
+    from alembic import op
+
+    version = Table(
+        VERSION_TABLE,
+        MetaData(),
+        Column("version_num", String(32), primary_key=True),
+        schema=migration_schema(),
+    )
+    bind = op.get_bind()
+    version.create(bind, checkfirst=True)
+    bind.execute(version.delete())
+    if revision is not None:
+        bind.execute(version.insert().values(version_num=revision))
 
 
 @dataclass(frozen=True)

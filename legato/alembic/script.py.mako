@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+from legato.migrations import migration_schema, record_revision
 ${imports if imports else ""}
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}
@@ -19,8 +21,12 @@ depends_on: str | Sequence[str] | None = ${repr(depends_on)}
 
 
 def upgrade() -> None:
-    ${upgrades if upgrades else "pass"}
+    schema = migration_schema()
+    ${upgrades if upgrades else ""}
+    record_revision(revision)  # keep last: mirrors the revision under a host's Alembic
 
 
 def downgrade() -> None:
-    ${downgrades if downgrades else "pass"}
+    schema = migration_schema()
+    ${downgrades if downgrades else ""}
+    record_revision(down_revision)  # keep last

@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from legato.alembic import ddl_0001
-from legato.migrations import migration_schema
+from legato.migrations import migration_schema, record_revision
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -26,6 +26,8 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     schema = migration_schema()
+    # ``legato db`` creates the schema first; a host's Alembic environment does not.
+    op.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
     op.create_table(
         "decide_queue",
         sa.Column("run_id", sa.Uuid(), nullable=False),
@@ -373,6 +375,7 @@ def upgrade() -> None:
         schema=schema,
     )
     ddl_0001.upgrade(schema)
+    record_revision(revision)
 
 
 def downgrade() -> None:
@@ -455,3 +458,4 @@ def downgrade() -> None:
     op.drop_table("idempotency_keys", schema=schema)
     op.drop_index(op.f("ix_decide_queue_available_at"), table_name="decide_queue", schema=schema)
     op.drop_table("decide_queue", schema=schema)
+    record_revision(down_revision)
