@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -227,3 +229,27 @@ app = App(
         endless,
     ]
 )
+
+
+# -- crash tests ---------------------------------------------------------------------------
+
+BLOCK_DIR_ENV = "LEGATO_TEST_BLOCK_DIR"
+
+
+@task(retry=Retry(attempts=3, backoff=timedelta(milliseconds=50)))
+async def crashy(ctx: TaskContext, key: str) -> str:
+    """Blocks forever on its first attempt in a process that has ``BLOCK_DIR_ENV`` set,
+    after leaving a marker file, so a test can kill that process mid-task."""
+    block_dir = os.environ.get(BLOCK_DIR_ENV)
+    if block_dir and ctx.attempt == 1:
+        await asyncio.to_thread(Path(block_dir, key).write_text, str(os.getpid()))
+        await asyncio.sleep(3600)
+    return f"{key} done by attempt {ctx.attempt}"
+
+
+@workflow("crashy")
+def crashy_flow(flow: Flow[str]) -> Node[str]:
+    return flow.run(crashy, flow.input)
+
+
+app = App(workflows=[*app.workflows.values(), crashy_flow])

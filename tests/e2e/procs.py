@@ -1,0 +1,75 @@
+"""A Legato process for the multi-process tests: ``python -m tests.e2e.procs ROLE ...``.
+
+Roles: ``decider``, ``worker``, ``all``. ``--pause-decision MARKER`` makes the decider
+hang inside its first decision's transaction (after applying it, before commit) and
+write MARKER, so a test can kill it mid-decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato import Runtime
+from legato.db import create_engine
+from legato.engine import decider_loop
+from legato.engine.decider.model import Action
+from legato.engine.repositories.runs import RunRow
+from legato.runtime import Roles
+from tests.e2e.flows import app
+
+ROLES = {
+    "decider": Roles(worker=False, timer=False),
+    "worker": Roles(decider=False, timer=False),
+    "all": Roles(),
+}
+
+
+def pause_decisions(marker: Path) -> None:
+    original = decider_loop.apply_actions
+
+    async def apply_then_hang(
+        conn: AsyncConnection, run: RunRow, actions: Sequence[Action], now: datetime
+    ) -> decider_loop.Applied:
+        applied = await original(conn, run, actions, now)
+        await asyncio.to_thread(marker.write_text, str(run.id))
+        await asyncio.sleep(3600)
+        return applied
+
+    decider_loop.apply_actions = apply_then_hang
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.pause_decision:
+        pause_decisions(Path(args.pause_decision))
+    engine = create_engine(args.database_url, "legato")
+    runtime = Runtime(
+        engine,
+        app,
+        roles=ROLES[args.role],
+        concurrency=args.concurrency,
+        lease=timedelta(seconds=args.lease),
+        poll_interval=0.2,
+        grace_period=2.0,
+    )
+    try:
+        await runtime.run_until_signalled()
+    finally:
+        await engine.dispose()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=sorted(ROLES))
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument("--pause-decision")
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,164 @@
+"""Crash recovery and concurrency with real processes (``tests/e2e/procs.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import Client, RunStatus, Runtime, TaskState
+from legato.runtime import Roles
+from legato.schema import DecideQueue, RunEvents, Runs, TaskQueue, Tasks
+from tests.e2e import flows
+
+ROOT = Path(__file__).resolve().parents[2]
+Spawn = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn(database_url: str) -> Iterator[Spawn]:
+    """Start ``tests/e2e/procs.py`` processes; any still alive are killed afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(role: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.e2e.procs", role, "--database-url", database_url, *extra],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest_asyncio.fixture
+async def helper_runtime(engine: AsyncEngine) -> AsyncIterator[Runtime]:
+    """Timer and lease sweeper in the test process (no decider, no worker)."""
+    rt = Runtime(engine, flows.app, roles=Roles(decider=False, worker=False), poll_interval=0.2)
+    await rt.start()
+    yield rt
+    await rt.stop()
+
+
+async def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def _scalar(engine: AsyncEngine, statement: object) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(statement)).scalar_one())  # type: ignore[call-overload]
+
+
+async def test_kill_9_worker_mid_task_then_another_worker_finishes_it(
+    engine: AsyncEngine, client: Client, spawn: Spawn, helper_runtime: Runtime, tmp_path: Path
+) -> None:
+    spawn("decider")
+    victim = spawn("worker", "--lease", "1", env={flows.BLOCK_DIR_ENV: str(tmp_path)})
+    handle = await client.start(flows.crashy_flow, "k9")
+    marker = tmp_path / "k9"
+    await _until(marker.exists, 30, "the task to start in the victim worker")
+    assert int(marker.read_text()) == victim.pid
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    spawn("worker", "--lease", "1")  # no block dir: attempt 2 completes
+    assert await handle.result(timeout=60) == "k9 done by attempt 2"
+    details = await client.get_run(handle.run_id)
+    attempts = sorted((t.attempt, t.state) for t in details.tasks)
+    assert attempts == [(1, TaskState.TIMED_OUT), (2, TaskState.COMPLETED)]
+    (lost,) = [t for t in details.tasks if t.attempt == 1]
+    assert lost.error is not None and lost.error.type == "LeaseExpired"
+    completions = [e for e in details.history if e.type == "task_completed"]
+    assert len(completions) == 1  # the output was applied exactly once
+    assert await _scalar(engine, select(func.count()).select_from(TaskQueue.table)) == 0
+
+
+async def test_kill_9_decider_mid_decision_leaves_nothing_half_applied(
+    engine: AsyncEngine, client: Client, spawn: Spawn, tmp_path: Path
+) -> None:
+    marker = tmp_path / "paused"
+    victim = spawn("decider", "--pause-decision", str(marker))
+    handle = await client.start(flows.chain, 1)
+    await _until(marker.exists, 30, "the decider to pause inside a decision")
+    assert marker.read_text() == str(handle.run_id)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    # The decision's writes were never committed: no task, no history beyond the start,
+    # and the run is still queued for a decision.
+    assert await _scalar(engine, select(func.count()).select_from(Tasks.table)) == 0
+    assert await _scalar(engine, select(func.count()).select_from(RunEvents.table)) == 1
+    assert await _scalar(engine, select(func.count()).select_from(DecideQueue.table)) == 1
+    spawn("all")
+    assert await handle.result(timeout=60) == 5
+    details = await client.get_run(handle.run_id)
+    assert sorted((t.task_name, t.attempt) for t in details.tasks) == [
+        ("add_one", 1),
+        ("add_one", 1),
+        ("double", 1),
+    ]
+    assert [e.seq for e in details.history] == list(range(1, len(details.history) + 1))
+
+
+@pytest.mark.slow
+async def test_two_deciders_and_two_workers_finish_500_runs(
+    engine: AsyncEngine, client: Client, spawn: Spawn
+) -> None:
+    processes = [spawn("decider"), spawn("decider"), spawn("worker"), spawn("worker")]
+    handles = await client.start_many(flows.chain, list(range(500)))
+    running = select(func.count()).select_from(Runs.table).where(Runs.status == RunStatus.RUNNING)
+    deadline = time.monotonic() + 180
+    while await _scalar(engine, running):
+        assert time.monotonic() < deadline, "runs left unfinished"
+        assert all(p.poll() is None for p in processes), "a process died"
+        await asyncio.sleep(0.25)
+    for proc in processes:
+        proc.send_signal(signal.SIGTERM)
+    for proc in processes:
+        assert proc.wait(timeout=30) == 0
+    async with engine.connect() as conn:
+        outputs = dict((await conn.execute(select(Runs.id, Runs.output))).all())
+        per_run = (
+            await conn.execute(
+                select(Tasks.run_id, func.count(), func.max(Tasks.attempt))
+                .where(Tasks.state == TaskState.COMPLETED)
+                .group_by(Tasks.run_id)
+            )
+        ).all()
+        gaps = (
+            await conn.execute(
+                select(func.count()).select_from(
+                    select(RunEvents.run_id)
+                    .group_by(RunEvents.run_id)
+                    .having(func.max(RunEvents.seq) != func.count())
+                    .subquery()
+                )
+            )
+        ).scalar_one()
+        leftovers = [
+            (await conn.execute(select(func.count()).select_from(t))).scalar_one()
+            for t in (DecideQueue.table, TaskQueue.table)
+        ]
+    assert {outputs[h.run_id] for h in handles} == {(n + 1) * 2 + 1 for n in range(500)} - set()
+    assert all(outputs[h.run_id] == (i + 1) * 2 + 1 for i, h in enumerate(handles))
+    assert len(per_run) == 500
+    assert all(count == 3 and max_attempt == 1 for _, count, max_attempt in per_run)
+    assert await _scalar(engine, select(func.count()).select_from(Tasks.table)) == 1500
+    assert gaps == 0
+    assert leftovers == [0, 0]
