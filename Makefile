@@ -27,7 +27,8 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 bench: $(STAMP)
-	$(BIN)/legato bench
+	$(BIN)/python -m pip install --quiet dbos pgqueuer py-spy
+	$(BIN)/legato bench --size full --compare
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -33,6 +33,7 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from legato.cli import bench as bench_commands
     from legato.cli import db as db_commands
     from legato.cli import runtime as runtime_commands
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     db_commands.register(commands)
     runtime_commands.register(commands)
+    bench_commands.register(commands)
     return parser
 
 

@@ -1,0 +1,194 @@
+"""The benchmark's PostgreSQL, its databases, the machine context and the figures.
+
+One server per run: an embedded PostgreSQL 18 in a temporary directory (durable
+defaults: ``fsync = on``, ``synchronous_commit = on``), or ``--database-url``. Each
+scenario gets a fresh database cloned from a migrated template (or, when the role
+cannot create databases, a fresh schema in the given database).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from legato import migrations
+from legato.db import create_engine, resolve_url
+from legato.embedded import LocalPostgres
+
+SCHEMA = "legato"
+
+#: Server settings of the embedded PostgreSQL: room for the bench's connections and the
+#: million-run history; everything else stays at PostgreSQL's (durable) defaults.
+EMBEDDED_SETTINGS = {"max_connections": "200", "shared_buffers": "256MB"}
+
+
+@dataclass
+class Figure:
+    """One measured figure and the settings it was measured with."""
+
+    scenario: str
+    name: str
+    value: float
+    unit: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        return f"{self.scenario:<8} {self.name:<34} {_fmt(self.value):>10} {self.unit:<6} {shown}"
+
+
+def _fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of ``samples``."""
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+@dataclass
+class Target:
+    """A database (URL + schema) a scenario runs against."""
+
+    url: str
+    schema: str
+
+
+class Server:
+    """The PostgreSQL server of one bench run and the databases made on it."""
+
+    def __init__(self, database_url: str | None) -> None:
+        self.local: LocalPostgres | None = None
+        self.given = database_url
+        self._template: str | None = None
+        self._made: list[Target] = []
+        self.databases = True
+        self.run_tag = uuid.uuid4().hex[:8]
+
+    async def start(self) -> None:
+        if self.given is None:
+            self.local = LocalPostgres(settings=dict(EMBEDDED_SETTINGS)).start()
+            self.admin_url = self.local.url()
+        else:
+            self.admin_url = self.given
+        try:
+            await self._admin(f'CREATE DATABASE "lb_{self.run_tag}_tpl"')
+            self._template = f"lb_{self.run_tag}_tpl"
+            tpl = self.url_of(self._template)
+            engine = create_engine(tpl, SCHEMA)
+            try:
+                await migrations.upgrade(engine, SCHEMA)
+            finally:
+                await engine.dispose()
+        except Exception:
+            if self.given is None:
+                raise
+            self.databases = False  # no CREATE DATABASE: fresh schemas in the given database
+
+    def url_of(self, database: str) -> str:
+        return (
+            resolve_url(self.admin_url)
+            .set(database=database)
+            .render_as_string(hide_password=False)
+            .replace("postgresql+asyncpg://", "postgresql://")
+        )
+
+    async def _admin(self, statement: str) -> None:
+        engine = create_async_engine(resolve_url(self.admin_url), isolation_level="AUTOCOMMIT")
+        try:
+            async with engine.connect() as conn:
+                await conn.exec_driver_sql(statement)
+        finally:
+            await engine.dispose()
+
+    async def fresh(self, label: str) -> Target:
+        """A fresh migrated Legato database (or schema) for one scenario."""
+        name = f"lb_{self.run_tag}_{label.replace('-', '_')}_{len(self._made)}"
+        if self.databases:
+            await self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
+            target = Target(self.url_of(name), SCHEMA)
+        else:
+            assert self.given is not None
+            target = Target(self.given, name)
+            engine = create_engine(self.given, name)
+            try:
+                await migrations.upgrade(engine, name)
+            finally:
+                await engine.dispose()
+        self._made.append(target)
+        return target
+
+    async def empty_database(self, label: str) -> str:
+        """A fresh empty database for a peer (plain URL); the given one without CREATE."""
+        if not self.databases:
+            assert self.given is not None
+            return self.given
+        name = f"lb_{self.run_tag}_{label}"
+        await self._admin(f'CREATE DATABASE "{name}"')
+        self._made.append(Target(self.url_of(name), ""))
+        return self.url_of(name)
+
+    async def stop(self) -> None:
+        if self.local is not None:
+            self.local.stop()
+            return
+        for target in self._made:
+            if self.databases:
+                database = resolve_url(target.url).database
+                await self._admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            elif target.schema:
+                await self._admin(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE')
+        if self._template is not None:
+            await self._admin(f'DROP DATABASE IF EXISTS "{self._template}" WITH (FORCE)')
+
+
+async def machine_context(engine: AsyncEngine) -> dict[str, Any]:
+    """What every figure is measured on."""
+    async with engine.connect() as conn:
+
+        async def show(name: str) -> str:
+            return str((await conn.exec_driver_sql(f"SHOW {name}")).scalar_one())
+
+        context = {
+            "cores": os.cpu_count(),
+            "cpu": _cpu_model(),
+            "python": platform.python_version(),
+            "postgresql": await show("server_version"),
+            "synchronous_commit": await show("synchronous_commit"),
+            "fsync": await show("fsync"),
+            "shared_buffers": await show("shared_buffers"),
+            "max_connections": await show("max_connections"),
+        }
+    return context
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def to_json(context: dict[str, Any], figures: Sequence[Figure], extra: dict[str, Any]) -> str:
+    return json.dumps(
+        {"machine": context, "figures": [asdict(f) for f in figures], **extra}, indent=2
+    )

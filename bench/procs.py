@@ -1,0 +1,156 @@
+"""Worker and decider OS processes for the end-to-end scenarios.
+
+multiprocessing's ``forkserver``: a clean server process imports Legato and the
+bench workflows once, then forks each worker/decider from it, so a fleet starts in
+a fraction of a second instead of paying the imports per process (and nothing is
+forked from the benchmark's own event loop).
+
+Each process connects and warms its pool, reports ready, waits for ``go``, runs a
+:class:`legato.Runtime` with its roles until ``stop``, then shuts down gracefully.
+Optionally each is profiled by ``py-spy record`` (``--profile DIR``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import shutil
+import subprocess
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+ROLE_WORKER = "worker"
+ROLE_DECIDER = "decider"
+
+
+@dataclass(frozen=True)
+class ProcSpec:
+    url: str
+    schema: str
+    role: str
+    concurrency: int = 64
+    poll_interval: float = 0.5
+
+
+def _main(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
+    asyncio.run(_serve(spec, ready, go, stop))
+
+
+async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
+    from bench.flows import app
+    from legato import Roles, Runtime
+    from legato.db import create_engine
+
+    engine = create_engine(spec.url, spec.schema, pool_size=8, max_overflow=8)
+    try:
+        async with engine.connect() as conn:  # warm the pool and the dialect
+            await conn.exec_driver_sql("SELECT 1")
+        roles = (
+            Roles(decider=True, worker=False, timer=True, deploy=False)
+            if spec.role == ROLE_DECIDER
+            else Roles(decider=False, worker=True, timer=False, deploy=False)
+        )
+        runtime = Runtime(
+            engine,
+            app,
+            roles=roles,
+            concurrency=spec.concurrency,
+            poll_interval=spec.poll_interval,
+            grace_period=5.0,
+        )
+        ready.set()
+        await asyncio.to_thread(go.wait)
+        await runtime.start()
+        await asyncio.to_thread(stop.wait)
+        await runtime.stop()
+    finally:
+        await engine.dispose()
+
+
+class Fleet:
+    """A set of worker and decider processes sharing ready/go/stop events."""
+
+    def __init__(
+        self,
+        url: str,
+        schema: str,
+        *,
+        workers: int,
+        deciders: int,
+        concurrency: int = 64,
+        profile_dir: Path | None = None,
+        profile_label: str = "",
+    ) -> None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["bench.flows", "bench.procs", "legato.runtime", "legato.db"])
+        self._ready: list[Event] = []
+        self.go = ctx.Event()
+        self.stop_event = ctx.Event()
+        self.procs: list[Any] = []
+        self.names: list[str] = []
+        self.profile_dir = profile_dir
+        self.profile_label = profile_label
+        self._spies: list[subprocess.Popen[bytes]] = []
+        for role, count in ((ROLE_DECIDER, deciders), (ROLE_WORKER, workers)):
+            for i in range(count):
+                ready = ctx.Event()
+                spec = ProcSpec(url, schema, role, concurrency=concurrency)
+                proc = ctx.Process(
+                    target=_main, args=(spec, ready, self.go, self.stop_event), daemon=True
+                )
+                self._ready.append(ready)
+                self.procs.append(proc)
+                self.names.append(f"{role}-{i}")
+        self.layout = f"{workers} worker process(es) x {concurrency} slots + {deciders} decider(s)"
+
+    def start(self, timeout: float = 60.0) -> None:
+        for proc in self.procs:
+            proc.start()
+        for ready, proc in zip(self._ready, self.procs, strict=True):
+            if not ready.wait(timeout):
+                raise RuntimeError(f"bench process {proc.pid} did not get ready")
+        if self.profile_dir is not None:
+            spy = shutil.which("py-spy")
+            if spy is None:
+                raise RuntimeError("--profile needs py-spy: pip install py-spy")
+            self.profile_dir.mkdir(parents=True, exist_ok=True)
+            for name, proc in zip(self.names, self.procs, strict=True):
+                out = self.profile_dir / f"{self.profile_label}{name}.txt"
+                self._spies.append(
+                    subprocess.Popen(
+                        [
+                            spy,
+                            "record",
+                            "-p",
+                            str(proc.pid),
+                            "-f",
+                            "raw",
+                            "-r",
+                            "200",
+                            "-o",
+                            str(out),
+                            "--nonblocking",
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+
+    def release(self) -> None:
+        self.go.set()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self.stop_event.set()
+        self.go.set()
+        for proc in self.procs:
+            proc.join(timeout)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+        for spy in self._spies:
+            try:
+                spy.wait(15)
+            except subprocess.TimeoutExpired:
+                spy.terminate()

@@ -1,0 +1,177 @@
+"""``legato bench``: run the scenarios against one PostgreSQL and print every figure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.harness import Figure, Server, machine_context, to_json
+from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
+from legato.db import create_engine
+
+REPO = Path(__file__).resolve().parent.parent
+PEERS = ("dbos", "pgqueuer")
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    scenarios: Sequence[str]
+    size: str
+    database_url: str | None
+    json: bool
+    compare: bool
+    profile_dir: Path | None
+    concurrency: int
+
+
+@dataclass
+class PeerResult:
+    name: str
+    figures: list[Figure]
+    error: str | None
+
+
+async def run(args: BenchArgs) -> int:
+    size = SIZES[args.size]
+    opts = Options(
+        size=size, cores=default_cores(), profile_dir=args.profile_dir, concurrency=args.concurrency
+    )
+    server = Server(args.database_url)
+    figures: list[Figure] = []
+    peers: list[PeerResult] = []
+    started = time.perf_counter()
+    say = _printer(args.json)
+    await server.start()
+    try:
+        engine = create_engine(server.admin_url)
+        try:
+            context = await machine_context(engine)
+        finally:
+            await engine.dispose()
+        say("machine: " + ", ".join(f"{k}={v}" for k, v in context.items()))
+        say(f"size: {args.size}")
+        for name in args.scenarios:
+            t0 = time.perf_counter()
+            found = await SCENARIOS[name](server, opts)
+            figures += found
+            for figure in found:
+                say(figure.line())
+            say(f"   ({name}: {time.perf_counter() - t0:.1f}s)")
+        if args.compare:
+            for peer in PEERS:
+                url = await server.empty_database(peer)
+                result = run_peer(peer, url, args.size)
+                peers.append(result)
+                if result.error:
+                    say(f"{peer}: cannot run here: {result.error}")
+                for figure in result.figures:
+                    say(f"[{peer}] " + figure.line())
+            say("")
+            for line in comparison_table(figures, peers):
+                say(line)
+    finally:
+        await server.stop()
+    total = time.perf_counter() - started
+    say(f"total: {total:.0f}s")
+    if args.json:
+        print(
+            to_json(
+                context,
+                figures,
+                {
+                    "size": args.size,
+                    "seconds": round(total, 1),
+                    "peers": {
+                        p.name: {"error": p.error, "figures": [vars(f) for f in p.figures]}
+                        for p in peers
+                    },
+                },
+            )
+        )
+    return 0
+
+
+def _printer(quiet: bool) -> Any:
+    def say(line: str) -> None:
+        print(line, file=sys.stderr if quiet else sys.stdout, flush=True)
+
+    return say
+
+
+def run_peer(peer: str, url: str, size: str, timeout: float = 240.0) -> PeerResult:
+    """Run ``bench/peers/<peer>_bench.py`` in its own process; its last stdout line is JSON."""
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", f"bench.peers.{peer}_bench", "--url", url, "--size", size],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return PeerResult(peer, [], f"did not finish within {timeout:.0f}s")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return PeerResult(peer, [], f"exit {done.returncode}: " + " | ".join(tail))
+    data = json.loads(lines[-1])
+    return PeerResult(peer, [Figure(**f) for f in data.get("figures", [])], data.get("error"))
+
+
+#: The comparison rows: (row label, Legato (scenario, name), peer (scenario, name)).
+ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
+    ("start, one at a time (runs/s)", ("start", "one at a time"), ("start", "one at a time")),
+    ("start, batched (runs/s)", ("start", "batched (start_many)"), ("start", "batched")),
+    ("e2e one-task, best layout (wf/s)", ("e2e-1", "*"), ("e2e-1", "*")),
+    ("e2e 3-task chain (wf/s)", ("e2e-3", "3-task chain"), ("e2e-3", "3-task chain")),
+    ("wake p50 (ms, lower better)", ("wake", "signal -> next task p50"), ("wake", "p50")),
+    ("wake p99 (ms, lower better)", ("wake", "signal -> next task p99"), ("wake", "p99")),
+    (
+        "commits per workflow (lower better)",
+        ("commits", "commits per one-task workflow"),
+        ("commits", "commits per workflow"),
+    ),
+]
+
+
+def _pick(figures: Sequence[Figure], scenario: str, name: str) -> float | None:
+    found = [f.value for f in figures if f.scenario == scenario and (name == "*" or f.name == name)]
+    return max(found) if found else None
+
+
+def comparison_table(legato: Sequence[Figure], peers: Sequence[PeerResult]) -> list[str]:
+    head = f"{'scenario':<38} {'Legato':>9}"
+    for peer in peers:
+        head += f" {peer.name:>9} {'L/' + peer.name[:6]:>9}"
+    lines = [head, "-" * len(head)]
+    for label, (ls, ln), (ps, pn) in ROWS:
+        mine = _pick(legato, ls, ln)
+        row = f"{label:<38} {_cell(mine):>9}"
+        for peer in peers:
+            theirs = _pick(peer.figures, ps, pn)
+            ratio = mine / theirs if mine is not None and theirs else None
+            row += f" {_cell(theirs):>9} {_cell(ratio, 'x'):>9}"
+        lines.append(row)
+    for peer in peers:
+        if peer.error:
+            lines.append(f"{peer.name}: {peer.error}")
+    return lines
+
+
+def _cell(value: float | None, suffix: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if value >= 100:
+        return f"{value:,.0f}{suffix}"
+    return f"{value:.2f}{suffix}"

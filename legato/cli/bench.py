@@ -1,0 +1,85 @@
+"""``legato bench``: the benchmark harness (scenarios live in the repository's ``bench/``).
+
+The scenarios, the bench workflows and the peers' equivalents are not part of the
+installed package: ``legato bench`` runs from a checkout (``make bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+SCENARIO_NAMES = ("start", "e2e-1", "e2e-3", "wake", "history")
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "bench",
+        help="measure start, end-to-end, wake and history figures on a fresh PostgreSQL",
+        description="Run the benchmark scenarios against one PostgreSQL started for the run "
+        "(embedded PostgreSQL 18, durable commits) or --database-url; print each figure "
+        "with its settings and the machine context.",
+    )
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="a server to use instead of the embedded one (a database per scenario is "
+        "created and dropped; without CREATE DATABASE, a schema per scenario)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=(*SCENARIO_NAMES, "commits"),
+        help="run only this scenario (repeatable; 'commits' is measured by e2e-1)",
+    )
+    parser.add_argument("--size", choices=("tiny", "small", "full"), default="small")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--compare", action="store_true", help="also run DBOS and pgqueuer (pip install them)"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="py-spy record every worker/decider process into DIR (raw collapsed stacks)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="task slots per worker process (default 64)"
+    )
+    parser.set_defaults(handler=_bench)
+
+
+def _import_runner() -> Any:
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "bench" / "runner.py").exists() and str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    try:
+        from bench import runner
+    except ImportError as error:
+        from legato.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"legato bench runs from a source checkout (bench/ not found: {error})"
+        ) from None
+    return runner
+
+
+async def _bench(args: argparse.Namespace) -> int:
+    runner = _import_runner()
+    names = args.scenario or list(SCENARIO_NAMES)
+    names = ["e2e-1" if n == "commits" else n for n in names]
+    chosen = [n for n in SCENARIO_NAMES if n in names]
+    result: int = await runner.run(
+        runner.BenchArgs(
+            scenarios=chosen,
+            size=args.size,
+            database_url=args.database_url,
+            json=args.json,
+            compare=args.compare,
+            profile_dir=args.profile,
+            concurrency=args.concurrency,
+        )
+    )
+    return result
