@@ -54,6 +54,11 @@ def resolve_url(url: str | None) -> URL:
             f"unsupported database URL scheme {parsed.drivername!r}: Legato needs PostgreSQL "
             "(postgresql://...)"
         )
+    sslmode = parsed.query.get("sslmode")
+    if sslmode is not None:  # libpq's name; asyncpg takes the same values as ``ssl``
+        parsed = parsed.difference_update_query(["sslmode"])
+        if "ssl" not in parsed.query:
+            parsed = parsed.update_query_dict({"ssl": sslmode})
     return parsed.set(drivername="postgresql+asyncpg")
 
 

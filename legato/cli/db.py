@@ -11,12 +11,14 @@ from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
+from alembic.util import CommandError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
 from legato.cli import add_connection_options
 from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.repositories import partitions
+from legato.errors import ConfigurationError, DatabaseUnavailable
 
 
 @asynccontextmanager
@@ -26,6 +28,11 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, 
     engine = create_engine(url, schema, pool_size=1, max_overflow=0)
     try:
         yield engine, schema
+    except OSError as error:  # refused, unknown host, no socket, timeout
+        where = url.set(drivername="postgresql").render_as_string(hide_password=True)
+        raise DatabaseUnavailable(f"cannot reach the database at {where}: {error}") from None
+    except CommandError as error:  # Alembic: unknown revision, nothing to downgrade, ...
+        raise ConfigurationError(f"migration: {error}") from None
     finally:
         await engine.dispose()
 

@@ -176,20 +176,21 @@ async def test_schema_translation_reaches_the_functions(database_url: str) -> No
     from legato import migrations
     from legato.db import create_engine
 
-    engine = create_engine(database_url, "tenant_b")
+    # Mixed case: a schema name PostgreSQL would fold to lower case unless it is quoted.
+    engine = create_engine(database_url, "Tenant_B")
     try:
-        await migrations.upgrade(engine, "tenant_b")
+        await migrations.upgrade(engine, "Tenant_B")
         async with engine.begin() as conn:
-            assert partitions.schema_name(conn) == "tenant_b"
+            assert partitions.schema_name(conn) == "Tenant_B"
             created = await partitions.ensure(conn, months_ahead=4)
             bounds = await partitions.run_partition_bounds(conn)
+            dropped = await partitions.drop(conn, datetime(2099, 1, 1, tzinfo=UTC), dry_run=True)
     finally:
         await engine.dispose()
+    months = {name.removeprefix("runs_p") for name in created if name.startswith("runs_p")}
+    assert len(months) == 1
     assert sorted(created) == sorted(
-        f"{table}_p{name[-6:]}"
-        for table in RUN_SCOPED
-        for name in created
-        if name.startswith("runs_")
+        f"{table}_p{month}" for table in RUN_SCOPED for month in months
     )
-    assert len(created) == 4
     assert len(bounds) == 5
+    assert [action for _, action in dropped] == ["would drop"] * 5

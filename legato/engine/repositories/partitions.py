@@ -17,7 +17,10 @@ from typing import Any
 
 from sqlalchemy import Boolean, DateTime, Integer, Text, column, func, literal, select, table
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.functions import Function
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.type_api import to_instance
 
 from legato.db import DEFAULT_SCHEMA, validate_schema_name
 from legato.errors import InvalidRunId
@@ -46,8 +49,33 @@ def schema_name(conn: AsyncConnection) -> str:
     return validate_schema_name(str(mapping.get(SCHEMA_PLACEHOLDER) or DEFAULT_SCHEMA))
 
 
-def _function(conn: AsyncConnection, name: str, *args: Any, type_: Any = None) -> Function[Any]:
-    return Function(name, *args, packagenames=(schema_name(conn),), type_=type_)
+class _SchemaFunction(FunctionElement[Any]):
+    """A call of one of Legato's SQL functions, in the connection's real schema.
+
+    ``schema_translate_map`` does not rewrite function names, and ``Function``'s
+    ``packagenames`` are quoted only for illegal characters (a schema such as
+    ``Tenant_2`` would be folded to ``tenant_2``), so the schema is rendered here
+    through the dialect's preparer.
+    """
+
+    inherit_cache = False  # the schema and name are not part of a cache key
+
+    def __init__(self, schema: str, name: str, *args: Any, type_: Any = None) -> None:
+        self.target_schema = schema
+        self.function_name = name
+        self.type = to_instance(type_)
+        super().__init__(*args)
+
+
+@compiles(_SchemaFunction)
+def _compile_schema_function(element: _SchemaFunction, compiler: SQLCompiler, **kw: Any) -> str:
+    preparer = compiler.preparer
+    name = f"{preparer.quote_schema(element.target_schema)}.{preparer.quote(element.function_name)}"
+    return name + compiler.process(element.clause_expr, **kw)
+
+
+def _function(conn: AsyncConnection, name: str, *args: Any, type_: Any = None) -> _SchemaFunction:
+    return _SchemaFunction(schema_name(conn), name, *args, type_=type_)
 
 
 async def ensure(conn: AsyncConnection, months_ahead: int = 3, days_ahead: int = 7) -> list[str]:
