@@ -62,7 +62,7 @@ async def _schemas(url: str) -> set[str]:
         await engine.dispose()
 
 
-async def test_upgrade_current_check_downgrade(empty_database_url: str) -> None:
+async def test_upgrade_then_current_and_check(empty_database_url: str) -> None:
     url = empty_database_url
     before = await legato("db", "check", database_url=url)
     assert before.status == 1
@@ -72,21 +72,11 @@ async def test_upgrade_current_check_downgrade(empty_database_url: str) -> None:
     assert upgraded.status == 0, upgraded.stderr
     assert "schema 'legato' is at 0001" in upgraded.stdout
 
-    current, check, ensure = await asyncio.gather(
-        legato("db", "current", database_url=url),
-        legato("db", "check", database_url=url),
-        legato("partitions", "ensure", "--ahead", "4", database_url=url),
+    current, check = await asyncio.gather(
+        legato("db", "current", database_url=url), legato("db", "check", database_url=url)
     )
     assert current.stdout.strip() == "0001 (head)"
     assert check.status == 0
-    assert ensure.status == 0, ensure.stderr
-    created = ensure.stdout.splitlines()
-    assert len(created) == 4
-    assert all(line.startswith("created ") for line in created)
-
-    downgraded = await legato("db", "downgrade", database_url=url)
-    assert downgraded.status == 0, downgraded.stderr
-    assert "is at base" in downgraded.stdout
 
 
 async def test_unreachable_server_is_one_line() -> None:
@@ -125,7 +115,9 @@ def no_legato_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_legato_env")
-def test_partition_commands_report(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_partitions_ensure_drop_then_downgrade(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = ("--database-url", database_url)
     ensure = run_main(capsys, "partitions", "ensure", *url)
     assert ensure.status == 0, ensure.stderr
@@ -136,6 +128,15 @@ def test_partition_commands_report(database_url: str, capsys: pytest.CaptureFixt
     check = run_main(capsys, "db", "check", *url)
     assert check.status == 0
     assert check.stdout.startswith("schema 'legato' is at head")
+    ensure = run_main(capsys, "partitions", "ensure", "--ahead", "4", *url)
+    assert ensure.status == 0, ensure.stderr
+    created = ensure.stdout.splitlines()
+    assert len(created) == 4
+    assert all(line.startswith("created ") for line in created)
+    downgraded = run_main(capsys, "db", "downgrade", *url)
+    assert downgraded.status == 0, downgraded.stderr
+    assert "is at base" in downgraded.stdout
+    assert run_main(capsys, "db", "check", *url).status == 1
 
 
 @pytest.mark.usefixtures("no_legato_env")
