@@ -408,7 +408,7 @@ class Client:
                 raise RunNotFound(f"no run {run_id}")
             return RunDetails(
                 run=run,
-                tasks=await tasks.load(conn, run_id),
+                tasks=(await tasks.load_many(conn, [run_id]))[run_id],
                 history=await run_events.history(conn, run_id),
             )
 

@@ -70,87 +70,120 @@ class SpecCache:
 
 
 @dataclass
-class Applied:
-    """What a decision changed that matters after commit."""
+class Batch:
+    """The writes of a batch of decisions, gathered so each table gets one statement."""
 
-    queues: set[str] = field(default_factory=set)
-    finished: bool = False
+    now: datetime
+    creates: list[tuple[uuid.UUID, CreateTask]] = field(default_factory=list)
+    enqueues: list[tuple[uuid.UUID, EnqueueTask]] = field(default_factory=list)
+    timers: list[tuple[uuid.UUID, ArmTimer]] = field(default_factory=list)
+    consumed: list[tuple[uuid.UUID, ConsumeSignal]] = field(default_factory=list)
+    resolves: list[tasks.Transition] = field(default_factory=list)
+    observed: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
+    children: list[tuple[uuid.UUID, StartChildRun]] = field(default_factory=list)
+    cancel_children: list[uuid.UUID] = field(default_factory=list)
+    events: list[tuple[uuid.UUID, int, AppendEvent]] = field(default_factory=list)
+    finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
+
+    @property
+    def queues(self) -> set[str]:
+        return {item.queue for _, item in self.enqueues}
+
+    def add(self, run: runs.RunRow, last_seq: int, actions: Sequence[Action]) -> None:
+        """Gather one run's actions, in the decider's order."""
+        seq = last_seq
+        for action in actions:
+            match action:
+                case CreateTask():
+                    self.creates.append((run.id, action))
+                case EnqueueTask():
+                    self.enqueues.append((run.id, action))
+                case ArmTimer():
+                    self.timers.append((run.id, action))
+                case ConsumeSignal():
+                    self.consumed.append((run.id, action))
+                case ResolveTask():
+                    self.resolves.append(
+                        tasks.Transition(
+                            run_id=run.id,
+                            task_id=action.task_id,
+                            attempt=action.attempt,
+                            state=action.state,
+                            output=action.output,
+                            error=action.error,
+                        )
+                    )
+                case MarkObserved():
+                    self.observed.extend((run.id, task_id) for task_id in action.task_ids)
+                case StartChildRun():
+                    self.children.append((run.id, action))
+                case CancelChildRun():
+                    self.cancel_children.append(action.run_id)
+                case AppendEvent():
+                    seq += 1
+                    self.events.append((run.id, seq, action))
+                case FinishRun():
+                    self.finishes.append((run, action))
+
+    async def write(self, conn: AsyncConnection) -> None:
+        """Apply every gathered write: one statement per table for the whole batch."""
+        created = {create.task_id for _, create in self.creates}
+        born_observed = {task_id for _, task_id in self.observed if task_id in created}
+        await tasks.insert_many(conn, self.creates, self.now, born_observed)
+        await task_queue.enqueue(conn, self.enqueues)
+        await timers.arm(conn, self.timers, self.now)
+        await signals.consume(conn, self.consumed)
+        if self.resolves:
+            applied = await tasks.transition_many(conn, self.resolves)
+            stale = [m.task_id for m in self.resolves if m.task_id not in applied]
+            if stale:
+                raise DecisionAborted(f"tasks {stale} were no longer active")
+            await task_queue.remove(
+                conn, [(queue, task_id) for task_id, queue in applied.items() if queue]
+            )
+        await tasks.mark_observed(
+            conn, [pair for pair in self.observed if pair[1] not in born_observed]
+        )
+        for parent_id, child in self.children:
+            await start_child(conn, parent_id, child)
+        for child_id in self.cancel_children:
+            if await runs.request_cancel(conn, child_id):
+                await decide_queue.enqueue(conn, [child_id], "parent cancelled")
+        await run_events.append(conn, self.events)
+        await runs.finish_many(
+            conn,
+            [runs.Finish(run.id, f.status, f.output, f.error) for run, f in self.finishes],
+        )
+        await complete_parents(conn, self.finishes)
 
 
 class DecisionAborted(Exception):
     """A fenced write of a decision matched nothing: the snapshot was wrong."""
 
 
-async def decide_run(
-    conn: AsyncConnection, run_id: uuid.UUID, specs: SpecCache, now: datetime
-) -> Applied:
-    """Lock, load, decide and apply one run, in the caller's transaction."""
-    run = await runs.lock(conn, run_id)
-    if run is None or run.status is not RunStatus.RUNNING:
-        return Applied()
-    spec = await specs.get(conn, run.workflow_name, run.workflow_version)
-    rows = await tasks.load(conn, run_id)
-    pending = await signals.pending(conn, run_id)
-    snapshot = RunSnapshot(
-        run_id=run_id,
-        status=run.status,
-        input=run.input,
-        cancel_requested=run.cancel_requested,
-        tasks=tuple(row.record() for row in rows),
-        signals=tuple(pending),
-    )
-    actions = decide(spec, snapshot, now)
-    return await apply_actions(conn, run, actions, now)
-
-
-async def apply_actions(
-    conn: AsyncConnection, run: runs.RunRow, actions: Sequence[Action], now: datetime
-) -> Applied:
-    """Write a decision: every action of one run, in one transaction (savepoint)."""
-    applied = Applied()
-    creates = [a for a in actions if isinstance(a, CreateTask)]
-    enqueues = [a for a in actions if isinstance(a, EnqueueTask)]
-    await tasks.insert_many(conn, run.id, creates, now)
-    await task_queue.enqueue(conn, run.id, enqueues)
-    await timers.arm(conn, run.id, [a for a in actions if isinstance(a, ArmTimer)], now)
-    await signals.consume(conn, run.id, [a for a in actions if isinstance(a, ConsumeSignal)])
-    applied.queues.update(item.queue for item in enqueues)
-    for action in actions:
-        if isinstance(action, ResolveTask):
-            await _resolve(conn, run.id, action)
-    observed = [task_id for a in actions if isinstance(a, MarkObserved) for task_id in a.task_ids]
-    await tasks.mark_observed(conn, run.id, observed)
-    for action in actions:
-        if isinstance(action, StartChildRun):
-            await start_child(conn, run.id, action)
-        elif isinstance(action, CancelChildRun) and await runs.request_cancel(
-            conn, action.run_id
-        ):
-            await decide_queue.enqueue(conn, [action.run_id], "parent cancelled")
-    await run_events.append(conn, run.id, [a for a in actions if isinstance(a, AppendEvent)])
-    for action in actions:
-        if isinstance(action, FinishRun):
-            await _finish(conn, run, action)
-            applied.finished = True
-    return applied
-
-
-async def _resolve(conn: AsyncConnection, run_id: uuid.UUID, action: ResolveTask) -> None:
-    queue = await tasks.transition(
-        conn,
-        tasks.Transition(
-            run_id=run_id,
-            task_id=action.task_id,
-            attempt=action.attempt,
-            state=action.state,
-            output=action.output,
-            error=action.error,
-        ),
-    )
-    if queue is False:
-        raise DecisionAborted(f"task {action.task_id} of run {run_id} was not active")
-    if isinstance(queue, str):
-        await task_queue.remove(conn, [(queue, action.task_id)])
+async def decide_runs(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID], specs: SpecCache, now: datetime
+) -> Batch:
+    """Lock, load, decide and apply a batch of runs, in the caller's transaction."""
+    locked = await runs.lock_many(conn, run_ids)
+    running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
+    ids = [run.id for run, _ in running]
+    all_tasks = await tasks.load_many(conn, ids) if ids else {}
+    all_signals = await signals.pending_many(conn, ids) if ids else {}
+    batch = Batch(now=now)
+    for run, last_seq in running:
+        spec = await specs.get(conn, run.workflow_name, run.workflow_version)
+        snapshot = RunSnapshot(
+            run_id=run.id,
+            status=run.status,
+            input=run.input,
+            cancel_requested=run.cancel_requested,
+            tasks=tuple(row.record() for row in all_tasks[run.id]),
+            signals=tuple(all_signals[run.id]),
+        )
+        batch.add(run, last_seq, decide(spec, snapshot, now))
+    await batch.write(conn)
+    return batch
 
 
 async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: StartChildRun) -> None:
@@ -172,34 +205,33 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
     await decide_queue.enqueue(conn, [action.task_id], "child started")
 
 
-async def _finish(conn: AsyncConnection, run: runs.RunRow, action: FinishRun) -> None:
-    if not await runs.finish(conn, run.id, action.status, action.output, action.error):
-        raise DecisionAborted(f"run {run.id} was already finished")
-    if run.parent_run_id is None:
-        return
-    # The child's result completes the parent's CHILD task, like a worker's report.
-    if action.status is RunStatus.SUCCEEDED:
+async def complete_parents(
+    conn: AsyncConnection, finishes: Sequence[tuple[runs.RunRow, FinishRun]]
+) -> None:
+    """A finished child's result completes its parent's CHILD task, like a worker's report."""
+    reports: list[Report] = []
+    for run, action in finishes:
+        if run.parent_run_id is None:
+            continue
+        if action.status is RunStatus.SUCCEEDED:
+            state, output, error = TaskState.COMPLETED, action.output, None
+        else:
+            state, output = TaskState.FAILED, None
+            error = action.error or TaskError(
+                type="ChildRunCancelled",
+                message=f"child run {run.id} was {action.status.value}",
+                retryable=False,
+            )
         move = tasks.Transition(
             run_id=run.parent_run_id,
             task_id=run.id,
             attempt=None,
-            state=TaskState.COMPLETED,
-            output=action.output,
-        )
-    else:
-        error = action.error or TaskError(
-            type="ChildRunCancelled",
-            message=f"child run {run.id} was {action.status.value}",
-            retryable=False,
-        )
-        move = tasks.Transition(
-            run_id=run.parent_run_id,
-            task_id=run.id,
-            attempt=None,
-            state=TaskState.FAILED,
+            state=state,
+            output=output,
             error=error,
         )
-    await apply_reports(conn, [Report(move)], "child finished")
+        reports.append(Report(move))
+    await apply_reports(conn, reports, "child finished")
 
 
 class DeciderLoop(Loop):
@@ -229,26 +261,39 @@ class DeciderLoop(Loop):
 
     async def tick(self) -> bool:
         async with self.engine.begin() as conn:
-            claimed = await decide_queue.claim(conn, self.batch_size)
+            claimed = sorted(await decide_queue.claim(conn, self.batch_size))
             if not claimed:
                 return False
             now = datetime.now(UTC)
-            done: list[uuid.UUID] = []
-            queues: set[str] = set()
-            for run_id in sorted(claimed):
-                try:
-                    async with conn.begin_nested():
-                        applied = await decide_run(conn, run_id, self.specs, now)
-                except Exception as error:
-                    log.exception("deciding run %s failed; retrying later", run_id)
-                    await decide_queue.postpone(
-                        conn, run_id, now + self.retry_delay, f"decision failed: {error}"[:500]
-                    )
-                    continue
-                done.append(run_id)
-                queues |= applied.queues
+            try:
+                async with conn.begin_nested():
+                    batch = await decide_runs(conn, claimed, self.specs, now)
+                done, queues = claimed, batch.queues
+            except Exception:
+                # One bad run must not sink the batch: decide them one by one.
+                log.warning("deciding %d runs together failed; retrying one by one", len(claimed))
+                done, queues = await self._one_by_one(conn, claimed, now)
             await decide_queue.remove(conn, done)
             if queues:
                 await notify.send(conn, notify.tasks_channel(self.schema), queues)
         self.decided += len(done)
         return len(claimed) >= self.batch_size
+
+    async def _one_by_one(
+        self, conn: AsyncConnection, run_ids: Sequence[uuid.UUID], now: datetime
+    ) -> tuple[list[uuid.UUID], set[str]]:
+        done: list[uuid.UUID] = []
+        queues: set[str] = set()
+        for run_id in run_ids:
+            try:
+                async with conn.begin_nested():
+                    batch = await decide_runs(conn, [run_id], self.specs, now)
+            except Exception as error:
+                log.exception("deciding run %s failed; retrying later", run_id)
+                await decide_queue.postpone(
+                    conn, run_id, now + self.retry_delay, f"decision failed: {error}"[:500]
+                )
+                continue
+            done.append(run_id)
+            queues |= batch.queues
+        return done, queues

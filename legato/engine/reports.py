@@ -35,21 +35,10 @@ async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason
     if not reports:
         return 0
     await decide_queue.enqueue(conn, (report.move.run_id for report in reports), reason)
-    applied = 0
-    finished_queue_rows: list[tuple[str, uuid.UUID]] = []
-    for report in sorted(reports, key=lambda r: (r.move.run_id, r.move.task_id)):
-        queue = await tasks.transition(conn, report.move)
-        if queue is False:
-            continue
-        applied += 1
-        if report.queue_key is not None:
-            finished_queue_rows.append(report.queue_key)
-        elif isinstance(queue, str):
-            finished_queue_rows.append((queue, report.move.task_id))
-    # Stale reports drop their queue row too: it belongs to an attempt that is over.
-    finished_queue_rows.extend(
-        report.queue_key for report in reports if report.queue_key is not None
-    )
-    await task_queue.remove(conn, sorted(set(finished_queue_rows)))
+    applied = await tasks.transition_many(conn, [report.move for report in reports])
+    # Every report ends its attempt's queue row, stale or not: the attempt is over.
+    finished_queue_rows = {r.queue_key for r in reports if r.queue_key is not None}
+    finished_queue_rows |= {(queue, task_id) for task_id, queue in applied.items() if queue}
+    await task_queue.remove(conn, sorted(finished_queue_rows))
     await notify.send(conn, notify.decide_channel(notify.schema_of(conn)))
-    return applied
+    return len(applied)

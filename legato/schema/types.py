@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -64,6 +65,13 @@ class PydanticJSONB(TypeDecorator[T], Generic[T]):
 
     def coerce_compared_value(self, op: Any, value: Any) -> Any:
         return self.impl_instance
+
+    def dump_text(self, value: T | None) -> str | None:
+        """The same funnel for a value bound as text (inside an array parameter, where
+        a JSON list would be taken for an array dimension); cast to jsonb in SQL."""
+        if value is None:
+            return None
+        return json.dumps(to_jsonb(self._adapter, value), separators=(",", ":"))
 
 
 class TextEnum(TypeDecorator[E], Generic[E]):

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -19,8 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from legato import Runtime
 from legato.db import create_engine
 from legato.engine import decider_loop
-from legato.engine.decider.model import Action
-from legato.engine.repositories.runs import RunRow
 from legato.runtime import Roles
 from tests.e2e.flows import app
 
@@ -32,17 +29,15 @@ ROLES = {
 
 
 def pause_decisions(marker: Path) -> None:
-    original = decider_loop.apply_actions
+    original = decider_loop.Batch.write
 
-    async def apply_then_hang(
-        conn: AsyncConnection, run: RunRow, actions: Sequence[Action], now: datetime
-    ) -> decider_loop.Applied:
-        applied = await original(conn, run, actions, now)
-        await asyncio.to_thread(marker.write_text, str(run.id))
+    async def write_then_hang(self: decider_loop.Batch, conn: AsyncConnection) -> None:
+        await original(self, conn)
+        runs = sorted({str(run_id) for run_id, _ in self.creates})
+        await asyncio.to_thread(marker.write_text, ",".join(runs))
         await asyncio.sleep(3600)
-        return applied
 
-    decider_loop.apply_actions = apply_then_hang
+    decider_loop.Batch.write = write_then_hang  # type: ignore[method-assign]
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import DateTime, Text, delete, func, literal, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.params import in_array, uuid_array
 from legato.schema import DecideQueue
 
 
@@ -29,10 +30,14 @@ async def enqueue(
     ordered = sorted(set(run_ids))
     if not ordered:
         return
-    when = {} if available_at is None else {"available_at": available_at}
-    statement = insert(DecideQueue.table).values(
-        [{"run_id": run_id, "reason": reason, **when} for run_id in ordered]
-    )
+    rows = select(
+        func.unnest(uuid_array("run_ids", ordered)).label("run_id"),
+        literal(reason, Text()).label("reason"),
+        func.coalesce(literal(available_at, DateTime(timezone=True)), func.now()).label(
+            "available_at"
+        ),
+    ).order_by(literal_column("run_id"))
+    statement = insert(DecideQueue.table).from_select(["run_id", "reason", "available_at"], rows)
     excluded = statement.excluded
     await conn.execute(
         statement.on_conflict_do_update(
@@ -66,7 +71,11 @@ async def claim(conn: AsyncConnection, limit: int) -> list[uuid.UUID]:
 async def remove(conn: AsyncConnection, run_ids: Sequence[uuid.UUID]) -> None:
     """Delete the decided runs' rows (decider loop, same transaction as the decision)."""
     if run_ids:
-        await conn.execute(delete(DecideQueue.table).where(DecideQueue.run_id.in_(run_ids)))
+        await conn.execute(
+            delete(DecideQueue.table).where(
+                in_array(DecideQueue.run_id, uuid_array("run_ids", run_ids))
+            )
+        )
 
 
 async def postpone(conn: AsyncConnection, run_id: uuid.UUID, until: datetime, reason: str) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import AppendEvent
@@ -29,34 +29,26 @@ class HistoryEvent:
 
 
 async def append(
-    conn: AsyncConnection,
-    run_id: uuid.UUID,
-    events: Sequence[AppendEvent],
+    conn: AsyncConnection, events: Sequence[tuple[uuid.UUID, int, AppendEvent]]
 ) -> None:
-    """Append events in order (decider loop).
-
-    The caller holds the run's row lock (or the run is new), so reading the last seq
-    and inserting after it cannot interleave. Served by the primary key.
-    """
+    """Append events ``(run_id, seq, event)`` (decider loop): one multi-row INSERT for a
+    batch of runs. The caller holds each run's row lock and numbers the events after
+    the run's last seq, so seqs stay gap-free. Primary key."""
     if not events:
         return
-    last = await conn.execute(
-        select(func.coalesce(func.max(RunEvents.seq), 0)).where(RunEvents.run_id == run_id)
-    )
-    first_seq = int(last.scalar_one()) + 1
     await conn.execute(
         insert(RunEvents.table),
         [
             {
                 "run_id": run_id,
-                "seq": first_seq + offset,
+                "seq": seq,
                 "type": event.type,
                 "node_id": event.node_id,
                 "iteration": event.iteration,
                 "attempt": event.attempt,
                 "data": event.data,
             }
-            for offset, event in enumerate(events)
+            for run_id, seq, event in events
         ],
     )
 

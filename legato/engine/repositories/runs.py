@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import Row, Select, and_, func, insert, select, update
+from sqlalchemy import Row, Select, and_, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import TaskError
-from legato.schema import Runs, RunStatus
+from legato.engine.repositories.params import in_array, uuid_array
+from legato.schema import RunEvents, Runs, RunStatus
 
 
 @dataclass(frozen=True)
@@ -124,14 +125,26 @@ async def insert_runs(conn: AsyncConnection, new_runs: Sequence[NewRun]) -> None
     )
 
 
-async def lock(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
-    """Lock the run's row for the rest of the transaction (decider loop).
-
-    Every state transition of a run happens under this lock. Primary key, one partition.
+async def lock_many(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+) -> list[tuple[RunRow, int]]:
+    """Lock runs' rows, in run-id order, for the rest of the transaction, with each run's
+    last history seq (decider loop). Every state transition of a run happens under this
+    lock. Primary keys of the runs' partitions; the seq from ``run_events``' primary key.
     """
-    result = await conn.execute(_select().where(Runs.id == run_id).with_for_update())
-    row = result.first()
-    return None if row is None else _row(row)
+    last_seq = (
+        select(func.coalesce(func.max(RunEvents.seq), 0))
+        .where(RunEvents.run_id == Runs.id)
+        .scalar_subquery()
+    )
+    result = await conn.execute(
+        _select()
+        .add_columns(last_seq)
+        .where(in_array(Runs.id, uuid_array("run_ids", run_ids)))
+        .order_by(Runs.id)
+        .with_for_update(of=Runs.table)
+    )
+    return [(_row(row[:11]), int(row[11])) for row in result]  # type: ignore[arg-type]
 
 
 async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
@@ -140,30 +153,41 @@ async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
     return None if row is None else _row(row)
 
 
-async def finish(
-    conn: AsyncConnection,
-    run_id: uuid.UUID,
-    status: RunStatus,
-    output: JsonValue,
-    error: TaskError | None,
-) -> bool:
-    """Move a RUNNING run to its final status (decider loop, under the run lock).
+@dataclass(frozen=True)
+class Finish:
+    run_id: uuid.UUID
+    status: RunStatus
+    output: JsonValue
+    error: TaskError | None
 
-    Reports whether this call made the transition. Primary key.
+
+async def finish_many(conn: AsyncConnection, finishes: Sequence[Finish]) -> None:
+    """Move RUNNING runs to their final status (decider loop, under the runs' locks).
+
+    One executemany round trip; primary keys.
     """
-    result = await conn.execute(
+    if not finishes:
+        return
+    await conn.execute(
         update(Runs.table)
-        .where(Runs.id == run_id, Runs.status == RunStatus.RUNNING)
+        .where(Runs.id == bindparam("b_id"), Runs.status == RunStatus.RUNNING)
         .values(
-            status=status,
-            output=output,
-            error=error,
+            status=bindparam("b_status"),
+            output=bindparam("b_output"),
+            error=bindparam("b_error"),
             finished_at=func.now(),
             updated_at=func.now(),
-        )
-        .returning(Runs.id)
+        ),
+        [
+            {
+                "b_id": f.run_id,
+                "b_status": f.status,
+                "b_output": f.output,
+                "b_error": f.error,
+            }
+            for f in finishes
+        ],
     )
-    return result.first() is not None
 
 
 async def request_cancel(conn: AsyncConnection, run_id: uuid.UUID) -> bool:

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Sequence
 
 from pydantic import JsonValue
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import BufferedSignal, ConsumeSignal
+from legato.engine.repositories.params import in_array, uuid_array
 from legato.schema import Signals
 
 
@@ -22,27 +23,39 @@ async def add(
     )
 
 
-async def pending(conn: AsyncConnection, run_id: uuid.UUID) -> list[BufferedSignal]:
-    """A run's unconsumed signals, oldest first (decider snapshot). Served by the
+async def pending_many(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[BufferedSignal]]:
+    """Each run's unconsumed signals, oldest first (decider snapshot). Served by the
     partial index ``ix_signals_pending``; ids are UUIDv7, so id order is time order."""
     result = await conn.execute(
-        select(Signals.id, Signals.name, Signals.payload, Signals.created_at)
-        .where(Signals.run_id == run_id, Signals.consumed_at.is_(None))
-        .order_by(Signals.id)
+        select(Signals.run_id, Signals.id, Signals.name, Signals.payload, Signals.created_at)
+        .where(
+            in_array(Signals.run_id, uuid_array("run_ids", run_ids)),
+            Signals.consumed_at.is_(None),
+        )
+        .order_by(Signals.run_id, Signals.id)
     )
-    return [
-        BufferedSignal(signal_id=signal_id, name=name, payload=payload, created_at=created_at)
-        for signal_id, name, payload, created_at in result
-    ]
+    grouped: dict[uuid.UUID, list[BufferedSignal]] = {run_id: [] for run_id in run_ids}
+    for run_id, signal_id, name, payload, created_at in result:
+        grouped[run_id].append(
+            BufferedSignal(signal_id=signal_id, name=name, payload=payload, created_at=created_at)
+        )
+    return grouped
 
 
 async def consume(
-    conn: AsyncConnection, run_id: uuid.UUID, consumed: Sequence[ConsumeSignal]
+    conn: AsyncConnection, consumed: Sequence[tuple[uuid.UUID, ConsumeSignal]]
 ) -> None:
-    """Mark signals consumed by the waits that took them (decider loop). Primary key."""
-    for item in consumed:
+    """Mark signals consumed by the waits that took them (decider loop). One executemany
+    round trip; primary keys."""
+    if consumed:
         await conn.execute(
             update(Signals.table)
-            .where(Signals.run_id == run_id, Signals.id == item.signal_id)
-            .values(consumed_at=func.now(), consumed_by=item.task_id)
+            .where(Signals.run_id == bindparam("b_run_id"), Signals.id == bindparam("b_id"))
+            .values(consumed_at=func.now(), consumed_by=bindparam("b_task_id")),
+            [
+                {"b_run_id": run_id, "b_id": item.signal_id, "b_task_id": item.task_id}
+                for run_id, item in consumed
+            ],
         )

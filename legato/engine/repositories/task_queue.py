@@ -15,13 +15,15 @@ from datetime import timedelta
 from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.decider.model import EnqueueTask
+from legato.engine.repositories.params import in_array, text_array, uuid_array
 from legato.schema import TaskQueue
 
 
-async def enqueue(conn: AsyncConnection, run_id: uuid.UUID, items: Sequence[EnqueueTask]) -> None:
-    """Make attempts claimable (decider loop). One multi-row INSERT; primary key."""
+async def enqueue(conn: AsyncConnection, items: Sequence[tuple[uuid.UUID, EnqueueTask]]) -> None:
+    """Make attempts claimable (decider loop). One multi-row INSERT for a batch of runs."""
     if not items:
         return
     await conn.execute(
@@ -36,8 +38,17 @@ async def enqueue(conn: AsyncConnection, run_id: uuid.UUID, items: Sequence[Enqu
                 "priority": item.priority,
                 "available_at": item.available_at,
             }
-            for item in items
+            for run_id, item in items
         ],
+    )
+
+
+def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
+    """Rows by (queue, task_id): task ids are unique across queues, and the queue names
+    prune the hash partitions; array parameters keep one statement shape."""
+    return (
+        in_array(TaskQueue.queue, text_array("queues", {queue for queue, _ in keys})),
+        in_array(TaskQueue.task_id, uuid_array("task_ids", [task_id for _, task_id in keys])),
     )
 
 
@@ -61,7 +72,7 @@ async def claim(
     candidates = (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
-            TaskQueue.queue.in_(list(queues)),
+            in_array(TaskQueue.queue, text_array("queues", queues)),
             TaskQueue.lease_expires_at.is_(None),
             TaskQueue.available_at <= func.now(),
         )
@@ -94,10 +105,7 @@ async def extend_leases(
         return set()
     result = await conn.execute(
         update(TaskQueue.table)
-        .where(
-            tuple_(TaskQueue.queue, TaskQueue.task_id).in_(list(keys)),
-            TaskQueue.lease_owner == owner,
-        )
+        .where(*_keyed(keys), TaskQueue.lease_owner == owner)
         .values(lease_expires_at=func.now() + lease)
         .returning(TaskQueue.task_id)
     )
@@ -108,11 +116,7 @@ async def remove(conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]]) -
     """Delete finished attempts' rows (worker reports, timer loop, sweeper, decider's
     cancellations). Primary key."""
     if keys:
-        await conn.execute(
-            delete(TaskQueue.table).where(
-                tuple_(TaskQueue.queue, TaskQueue.task_id).in_(list(keys))
-            )
-        )
+        await conn.execute(delete(TaskQueue.table).where(*_keyed(keys)))
 
 
 async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
@@ -121,10 +125,7 @@ async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, u
     if keys:
         await conn.execute(
             update(TaskQueue.table)
-            .where(
-                tuple_(TaskQueue.queue, TaskQueue.task_id).in_(list(keys)),
-                TaskQueue.lease_owner == owner,
-            )
+            .where(*_keyed(keys), TaskQueue.lease_owner == owner)
             .values(lease_owner=None, lease_expires_at=None)
         )
 

@@ -13,12 +13,28 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import func, insert, select, tuple_, update
+from sqlalchemy import (
+    Integer,
+    Text,
+    Uuid,
+    bindparam,
+    cast,
+    column,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
+from legato.engine.repositories.params import in_array, text_array, uuid_array
 from legato.schema import NodeKind, Runs, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
+from legato.schema.tables import ERROR_JSON
+from legato.schema.types import JSON_VALUE
 
 
 @dataclass(frozen=True)
@@ -56,13 +72,16 @@ class TaskRow:
         )
 
 
-async def load(conn: AsyncConnection, run_id: uuid.UUID) -> list[TaskRow]:
-    """Every attempt of a run, in creation order (decider snapshot, Client.get_run).
+async def load_many(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[TaskRow]]:
+    """Every attempt of each run, in creation order (decider snapshot, Client.get_run).
 
-    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` within one partition.
+    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` in the runs' partitions.
     """
     result = await conn.execute(
         select(
+            Tasks.run_id,
             Tasks.id.label("task_id"),
             Tasks.node_id,
             Tasks.iteration,
@@ -78,16 +97,24 @@ async def load(conn: AsyncConnection, run_id: uuid.UUID) -> list[TaskRow]:
             Tasks.started_at,
             Tasks.finished_at,
         )
-        .where(Tasks.run_id == run_id)
-        .order_by(Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
+        .where(in_array(Tasks.run_id, uuid_array("run_ids", run_ids)))
+        .order_by(Tasks.run_id, Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
     )
-    return [TaskRow(**row._asdict()) for row in result]
+    grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
+    for row in result:
+        fields = row._asdict()
+        grouped[fields.pop("run_id")].append(TaskRow(**fields))
+    return grouped
 
 
 async def insert_many(
-    conn: AsyncConnection, run_id: uuid.UUID, creates: Sequence[CreateTask], now: datetime
+    conn: AsyncConnection,
+    creates: Sequence[tuple[uuid.UUID, CreateTask]],
+    now: datetime,
+    observed: Collection[uuid.UUID] = (),
 ) -> None:
-    """Insert the attempts a decision created (decider loop). One multi-row INSERT.
+    """Insert the attempts decisions created (decider loop): one multi-row INSERT for a
+    whole batch of runs.
 
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
@@ -115,11 +142,10 @@ async def insert_many(
                 "created_at": now,
                 "available_at": create.available_at,
                 "finished_at": now if create.state in finished else None,
-                # Rows born terminal (a skip, a switch's choice) are recorded by the
-                # decision that created them.
-                "observed": create.state in finished,
+                # Rows born terminal are recorded by the decision that creates them.
+                "observed": create.task_id in observed,
             }
-            for create in creates
+            for run_id, create in creates
         ],
     )
 
@@ -137,44 +163,75 @@ class Transition:
     from_states: Collection[TaskState] = ACTIVE_TASK_STATES
 
 
-async def transition(conn: AsyncConnection, move: Transition) -> str | bool | None:
-    """Apply one fenced transition; returns the attempt's queue name (or None for rows
-    without one) when it applied, ``False`` when it was stale.
+async def transition_many(
+    conn: AsyncConnection, moves: Sequence[Transition]
+) -> dict[uuid.UUID, str | None]:
+    """Apply fenced transitions; returns, for each one that applied, its task id and the
+    attempt's queue name (None for rows without one). A stale move is simply absent.
 
     Callers: worker reports, timer loop, lease sweeper, decider (waits completed by a
-    signal, cancellation, child completion). Primary key, one partition.
+    signal, cancellation, child completion). One UPDATE per distinct set of allowed
+    source states, joined to a VALUES list; primary keys of the runs' partitions.
     """
-    fence = [
-        Tasks.run_id == move.run_id,
-        Tasks.id == move.task_id,
-        Tasks.state.in_(list(move.from_states)),
-    ]
-    if move.attempt is not None:
-        fence.append(Tasks.attempt == move.attempt)
-    result = await conn.execute(
-        update(Tasks.table)
-        .where(*fence)
-        .values(
-            state=move.state,
-            output=move.output,
-            error=move.error,
-            finished_at=func.now(),
-            lease_owner=None,
+    applied: dict[uuid.UUID, str | None] = {}
+    by_source: dict[frozenset[TaskState], list[Transition]] = {}
+    for move in moves:
+        by_source.setdefault(frozenset(move.from_states), []).append(move)
+    for sources, group in by_source.items():
+        moved = (
+            func.unnest(
+                uuid_array("run_ids", [m.run_id for m in group]),
+                uuid_array("task_ids", [m.task_id for m in group]),
+                bindparam("attempts", [m.attempt for m in group], type_=ARRAY(Integer())),
+                bindparam("states", [m.state.value for m in group], type_=ARRAY(Text())),
+                text_array("outputs", [JSON_VALUE.dump_text(m.output) for m in group]),
+                text_array("errors", [ERROR_JSON.dump_text(m.error) for m in group]),
+            )
+            .table_valued(
+                column("run_id", Uuid()),
+                column("task_id", Uuid()),
+                column("attempt", Integer()),
+                column("state", Text()),
+                column("output", Text()),
+                column("error", Text()),
+            )
+            .render_derived(name="moves")
         )
-        .returning(Tasks.queue)
-    )
-    row = result.first()
-    return False if row is None else row[0]
+        result = await conn.execute(
+            update(Tasks.table)
+            .where(
+                in_array(Tasks.run_id, uuid_array("fence_run_ids", {m.run_id for m in group})),
+                Tasks.run_id == moved.c.run_id,
+                Tasks.id == moved.c.task_id,
+                or_(moved.c.attempt.is_(None), Tasks.attempt == moved.c.attempt),
+                in_array(Tasks.state, text_array("sources", sorted(sources))),
+            )
+            .values(
+                state=moved.c.state,
+                output=cast(moved.c.output, JSONB),
+                error=cast(moved.c.error, JSONB),
+                finished_at=func.now(),
+                lease_owner=None,
+            )
+            .returning(Tasks.id, Tasks.queue)
+        )
+        applied.update(dict(result.all()))
+    return applied
 
 
 async def mark_observed(
-    conn: AsyncConnection, run_id: uuid.UUID, task_ids: Sequence[uuid.UUID]
+    conn: AsyncConnection, observed: Sequence[tuple[uuid.UUID, uuid.UUID]]
 ) -> None:
-    """Record that the decider has written these terminal rows' history (decider loop)."""
-    if task_ids:
+    """Record that the decider has written these terminal rows' history (decider loop).
+    One UPDATE for the batch; primary keys."""
+    if observed:
         await conn.execute(
             update(Tasks.table)
-            .where(Tasks.run_id == run_id, Tasks.id.in_(list(task_ids)))
+            .where(
+                in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in observed})),
+                # Task ids are unique across runs; the run ids prune partitions.
+                in_array(Tasks.id, uuid_array("task_ids", [t for _, t in observed])),
+            )
             .values(observed=True)
         )
 
@@ -205,7 +262,8 @@ async def start_attempts(
     result = await conn.execute(
         update(Tasks.table)
         .where(
-            tuple_(Tasks.run_id, Tasks.id).in_(keys),
+            in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in keys})),
+            in_array(Tasks.id, uuid_array("task_ids", [t for _, t in keys])),
             Tasks.state == TaskState.QUEUED,
             Runs.id == Tasks.run_id,
         )
@@ -220,9 +278,7 @@ async def start_attempts(
             Runs.workflow_name,
         )
     )
-    return [
-        StartedAttempt(*row) for row in result if attempts.get((row[0], row[1])) == row[2]
-    ]
+    return [StartedAttempt(*row) for row in result if attempts.get((row[0], row[1])) == row[2]]
 
 
 async def release_attempts(

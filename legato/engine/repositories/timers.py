@@ -40,9 +40,9 @@ class DueTimer:
 
 
 async def arm(
-    conn: AsyncConnection, run_id: uuid.UUID, timers: Sequence[ArmTimer], now: datetime
+    conn: AsyncConnection, timers: Sequence[tuple[uuid.UUID, ArmTimer]], now: datetime
 ) -> None:
-    """Insert timers (decider loop). One multi-row INSERT into today's-or-later partitions."""
+    """Insert timers (decider loop). One multi-row INSERT for a batch of runs."""
     if not timers:
         return
     await conn.execute(
@@ -57,7 +57,7 @@ async def arm(
                 "kind": timer.kind,
                 "due_at": timer.fire_at,
             }
-            for timer in timers
+            for run_id, timer in timers
         ],
     )
 

@@ -1,0 +1,36 @@
+"""Array parameters: one statement shape for any batch size.
+
+An ``IN (...)`` list or a multi-row ``VALUES`` renders differently for every batch
+size, which defeats both SQLAlchemy's compiled cache and asyncpg's prepared
+statements (every new size is parsed and planned again). ``= ANY(:array)`` and
+``unnest(:a, :b, ...)`` keep the SQL text constant.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import BindParameter, Text, Uuid, any_, bindparam
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.elements import ColumnElement
+
+
+def uuid_array(name: str, values: Iterable[uuid.UUID] | None = None) -> BindParameter[Any]:
+    """A ``uuid[]`` parameter (bound now, or later by name when ``values`` is None)."""
+    if values is None:
+        return bindparam(name, type_=ARRAY(Uuid()))
+    return bindparam(name, list(values), type_=ARRAY(Uuid()))
+
+
+def text_array(name: str, values: Iterable[str | None] | None = None) -> BindParameter[Any]:
+    """A ``text[]`` parameter."""
+    if values is None:
+        return bindparam(name, type_=ARRAY(Text()))
+    return bindparam(name, list(values), type_=ARRAY(Text()))
+
+
+def in_array(column: ColumnElement[Any], array: BindParameter[Any]) -> ColumnElement[bool]:
+    """``column = ANY(:array)``."""
+    return column == any_(array)
