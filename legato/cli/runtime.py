@@ -248,8 +248,11 @@ async def _dev(args: argparse.Namespace) -> int:
     try:
         await migrations.upgrade(engine, schema)
         versions = await Client(engine).deploy(app)
-        print(f"legato dev: database {url} (schema {schema!r})", flush=True)
-        print(f"  in another shell: export LEGATO_DATABASE_URL='{url}'", flush=True)
+        parsed = resolve_url(url)
+        shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
+        print(f"legato dev: database {shown} (schema {schema!r})", flush=True)
+        if server is not None:
+            print(f"  in another shell: export LEGATO_DATABASE_URL='{url}'", flush=True)
         for name, version in versions.items():
             print(f"  deployed {name} v{version}", flush=True)
         runtime = Runtime(
@@ -260,6 +263,7 @@ async def _dev(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval,
             grace_period=args.grace_period,
         )
+        log.info("decider, worker, timer and lease sweeper running; Ctrl-C stops them")
         await runtime.run_until_signalled()
         log.info("dev stopped")
     finally:
@@ -379,7 +383,12 @@ async def _runs_start(args: argparse.Namespace) -> int:
         handle = await client.start(args.workflow, payload, idempotency_key=args.idempotency_key)
         print(handle.run_id, flush=True)
         if args.wait:
-            output = await handle.result(timeout=args.timeout)
+            try:
+                output = await handle.result(timeout=args.timeout)
+            except TimeoutError:
+                raise LegatoError(
+                    f"run {handle.run_id} is still running after {args.timeout}s"
+                ) from None
             print(json.dumps(output))
     return 0
 
