@@ -8,6 +8,7 @@ that has since finished matches nothing and changes nothing.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,10 +24,7 @@ TIMER_TRANSITIONS: dict[TimerKind, tuple[frozenset[TaskState], TaskState]] = {
     TimerKind.SLEEP: (frozenset({TaskState.WAITING}), TaskState.COMPLETED),
     TimerKind.EVENT_TIMEOUT: (frozenset({TaskState.WAITING}), TaskState.TIMED_OUT),
     TimerKind.SCHEDULE_TO_START: (frozenset({TaskState.QUEUED}), TaskState.TIMED_OUT),
-    TimerKind.START_TO_CLOSE: (
-        frozenset({TaskState.QUEUED, TaskState.RUNNING}),
-        TaskState.TIMED_OUT,
-    ),
+    TimerKind.START_TO_CLOSE: (frozenset({TaskState.RUNNING}), TaskState.TIMED_OUT),
 }
 
 _TIMEOUT_MESSAGES = {
@@ -34,6 +32,23 @@ _TIMEOUT_MESSAGES = {
     TimerKind.SCHEDULE_TO_START: "no worker started the attempt within schedule_to_start",
     TimerKind.START_TO_CLOSE: "the attempt did not finish within start_to_close",
 }
+
+
+def start_to_close_due(
+    timer: timers.DueTimer, timing: tasks.AttemptTiming | None
+) -> datetime | None:
+    """When a start-to-close timer should really fire (pure), or None to drop it.
+
+    The decider arms it before the attempt starts, assuming the latest start the
+    attempt is allowed; an attempt that started later gets the same allowance from
+    its real start. A worker also enforces start_to_close locally: this timer is the
+    backstop for a worker that hangs without losing its lease.
+    """
+    if timing is None or timing.state is not TaskState.RUNNING or timing.started_at is None:
+        return None  # finished, or not started: nothing to time out
+    if timing.available_at is None:
+        return timer.due_at
+    return max(timer.due_at, timing.started_at + (timer.due_at - timing.available_at))
 
 
 def report_for(timer: timers.DueTimer) -> Report:
@@ -76,6 +91,14 @@ class TimerLoop(Loop):
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             due = await timers.take_due(conn, self.batch_size)
+            closing = [t for t in due if t.kind is TimerKind.START_TO_CLOSE]
+            timing = await tasks.timings(conn, [(t.run_id, t.task_id) for t in closing])
+            for timer in closing:
+                real_due = start_to_close_due(timer, timing.get(timer.task_id))
+                if real_due is None:
+                    due.remove(timer)
+                elif real_due != timer.due_at:
+                    due[due.index(timer)] = replace(timer, due_at=real_due)
             early = [t for t in due if t.due_at > now]
             await timers.rearm(conn, early, now)
             fired = [t for t in due if t.due_at <= now]

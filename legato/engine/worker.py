@@ -149,6 +149,10 @@ class Worker(Loop):
         )
         output: JsonValue = None
         error: TaskError | None = None
+        timed_out = False
+        # The worker enforces start_to_close itself; the decider's timer is the backstop.
+        limit = definition.start_to_close if definition is not None else None
+        deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
         try:
             if definition is None:
                 error = TaskError(
@@ -157,7 +161,8 @@ class Worker(Loop):
                     retryable=False,
                 )
             else:
-                output = await definition.invoke(ctx, attempt.input)
+                async with deadline:
+                    output = await definition.invoke(ctx, attempt.input)
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)
@@ -165,6 +170,15 @@ class Worker(Loop):
             if self.stopping:
                 return  # released by on_stop so another worker takes it at once
             raise
+        except TimeoutError as exc:
+            assert definition is not None
+            if deadline.expired():
+                timed_out = True
+                error = TaskError(
+                    type="Timeout", message="the attempt did not finish within start_to_close"
+                )
+            else:
+                error = error_of(exc, definition.is_retryable(exc))
         except Exception as exc:
             assert definition is not None
             error = error_of(exc, definition.is_retryable(exc))
@@ -177,7 +191,11 @@ class Worker(Loop):
                     run_id=item.run_id,
                     task_id=item.task_id,
                     attempt=item.attempt,
-                    state=TaskState.COMPLETED if error is None else TaskState.FAILED,
+                    state=TaskState.COMPLETED
+                    if error is None
+                    else TaskState.TIMED_OUT
+                    if timed_out
+                    else TaskState.FAILED,
                     output=output,
                     error=error,
                     from_states=(TaskState.RUNNING,),

@@ -253,3 +253,28 @@ def crashy_flow(flow: Flow[str]) -> Node[str]:
 
 
 app = App(workflows=[*app.workflows.values(), crashy_flow])
+
+
+# -- timeouts ------------------------------------------------------------------------------
+
+SLOW_CALLS: dict[str, int] = {}
+
+
+@task(
+    start_to_close=timedelta(milliseconds=300),
+    retry=Retry(attempts=2, backoff=timedelta(milliseconds=10)),
+)
+async def slow_first(ctx: TaskContext, key: str) -> str:
+    """Hangs past its start_to_close on the first attempt only."""
+    SLOW_CALLS[key] = SLOW_CALLS.get(key, 0) + 1
+    if ctx.attempt == 1:
+        await asyncio.sleep(30)
+    return f"{key} finished on attempt {ctx.attempt}"
+
+
+@workflow("timeboxed")
+def timeboxed(flow: Flow[str]) -> Node[str]:
+    return flow.run(slow_first, flow.input)
+
+
+app = App(workflows=[*app.workflows.values(), timeboxed])

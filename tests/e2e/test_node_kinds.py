@@ -143,3 +143,16 @@ async def test_cancel_interrupts_running_work(runtime: Runtime, client: Client) 
 
 async def _called(label: str) -> bool:
     return label in flows.CALLS
+
+
+async def test_start_to_close_times_out_the_attempt_and_retries(
+    runtime: Runtime, client: Client
+) -> None:
+    handle = await client.start(flows.timeboxed, "t1")
+    assert await handle.result(timeout=20) == "t1 finished on attempt 2"
+    details = await client.get_run(handle.run_id)
+    attempts = sorted((t.attempt, t.state) for t in details.tasks)
+    assert attempts == [(1, TaskState.TIMED_OUT), (2, TaskState.COMPLETED)]
+    (first,) = [t for t in details.tasks if t.attempt == 1]
+    assert first.error is not None
+    assert first.error.type == "Timeout"

@@ -237,6 +237,30 @@ async def mark_observed(
 
 
 @dataclass(frozen=True)
+class AttemptTiming:
+    task_id: uuid.UUID
+    state: TaskState
+    available_at: datetime | None
+    started_at: datetime | None
+
+
+async def timings(
+    conn: AsyncConnection, keys: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> dict[uuid.UUID, AttemptTiming]:
+    """When attempts became available and started (timer loop, before acting on a
+    start-to-close timer). Primary keys of the runs' partitions."""
+    if not keys:
+        return {}
+    result = await conn.execute(
+        select(Tasks.id, Tasks.state, Tasks.available_at, Tasks.started_at).where(
+            in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in keys})),
+            in_array(Tasks.id, uuid_array("task_ids", [t for _, t in keys])),
+        )
+    )
+    return {row[0]: AttemptTiming(*row) for row in result}
+
+
+@dataclass(frozen=True)
 class StartedAttempt:
     run_id: uuid.UUID
     task_id: uuid.UUID
