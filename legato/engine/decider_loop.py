@@ -89,6 +89,10 @@ class Batch:
     def queues(self) -> set[str]:
         return {item.queue for _, item in self.enqueues}
 
+    @property
+    def cancels_attempts(self) -> bool:
+        return any(move.state is TaskState.CANCELLED for move in self.resolves)
+
     def add(self, run: runs.RunRow, last_seq: int, actions: Sequence[Action]) -> None:
         """Gather one run's actions, in the decider's order."""
         seq = last_seq
@@ -268,22 +272,25 @@ class DeciderLoop(Loop):
             try:
                 async with conn.begin_nested():
                     batch = await decide_runs(conn, claimed, self.specs, now)
-                done, queues = claimed, batch.queues
+                done, queues, cancels = claimed, batch.queues, batch.cancels_attempts
             except Exception:
                 # One bad run must not sink the batch: decide them one by one.
                 log.warning("deciding %d runs together failed; retrying one by one", len(claimed))
-                done, queues = await self._one_by_one(conn, claimed, now)
+                done, queues, cancels = await self._one_by_one(conn, claimed, now)
             await decide_queue.remove(conn, done)
             if queues:
                 await notify.send(conn, notify.tasks_channel(self.schema), queues)
+            if cancels:
+                await notify.send(conn, notify.cancel_channel(self.schema))
         self.decided += len(done)
         return len(claimed) >= self.batch_size
 
     async def _one_by_one(
         self, conn: AsyncConnection, run_ids: Sequence[uuid.UUID], now: datetime
-    ) -> tuple[list[uuid.UUID], set[str]]:
+    ) -> tuple[list[uuid.UUID], set[str], bool]:
         done: list[uuid.UUID] = []
         queues: set[str] = set()
+        cancels = False
         for run_id in run_ids:
             try:
                 async with conn.begin_nested():
@@ -296,4 +303,5 @@ class DeciderLoop(Loop):
                 continue
             done.append(run_id)
             queues |= batch.queues
-        return done, queues
+            cancels = cancels or batch.cancels_attempts
+        return done, queues, cancels

@@ -237,8 +237,15 @@ class Worker(Loop):
 
     async def _lease_keeper(self) -> None:
         interval = max(self.lease.total_seconds() / 3, 0.05)
+        cancelled = asyncio.Event()
+        if self._wakeups is not None:
+            # The decider announces cancelled attempts: check leases at once rather than
+            # at the next extension.
+            cancelled = await self._wakeups.subscribe(notify.cancel_channel(self.schema_name))
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), timeout=interval)
+            cancelled.clear()
             try:
                 await self.extend_leases()
             except Exception:

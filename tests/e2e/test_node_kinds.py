@@ -138,7 +138,8 @@ async def test_cancel_interrupts_running_work(runtime: Runtime, client: Client) 
     details = await client.get_run(handle.run_id)
     assert details.run.status is RunStatus.CANCELLED
     assert [t.state for t in details.tasks] == [TaskState.CANCELLED]
-    await _until(lambda: _called("forever c1 cancelled"))
+    # Well before the next lease extension (every 10 s): the decider announced it.
+    await _until(lambda: _called("forever c1 cancelled"), timeout=5)
 
 
 async def _called(label: str) -> bool:

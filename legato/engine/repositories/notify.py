@@ -29,6 +29,11 @@ def tasks_channel(schema: str) -> str:
     return f"{schema}_tasks_v1"
 
 
+def cancel_channel(schema: str) -> str:
+    """Raised by the decider when it cancels attempts, so workers stop them at once."""
+    return f"{schema}_cancel_v1"
+
+
 def events_channel(schema: str) -> str:
     """Raised by the run_events trigger with payload ``<run_id>:<seq>``."""
     return f"{schema}_events_v1"
