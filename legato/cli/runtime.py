@@ -31,7 +31,7 @@ from legato.db import check_database, create_engine, resolve_schema, resolve_url
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 from legato.errors import ConfigurationError, InvalidInput, InvalidRunId, LegatoError
-from legato.flow import App
+from legato.flow import App, InputValidationError
 from legato.runtime import Roles, Runtime
 from legato.schema import RunStatus
 
@@ -374,12 +374,18 @@ async def _runs_watch(args: argparse.Namespace) -> int:
 async def _runs_start(args: argparse.Namespace) -> int:
     app = load_app(args.app) if args.app else None
     payload = parse_json(args.input, "--input")
-    if app is not None and args.workflow not in app.workflows:
-        raise ConfigurationError(
-            f"--app {args.app!r} has no workflow {args.workflow!r} "
-            f"(it has: {', '.join(sorted(app.workflows)) or 'none'})"
-        )
-    async with _client(args, app) as client:
+    if app is not None:  # validate with the app's model; the deployed version still runs
+        definition = app.workflows.get(args.workflow)
+        if definition is None:
+            raise ConfigurationError(
+                f"--app {args.app!r} has no workflow {args.workflow!r} "
+                f"(it has: {', '.join(sorted(app.workflows)) or 'none'})"
+            )
+        try:
+            payload = definition.validate_input(payload)
+        except InputValidationError as error:
+            raise InvalidInput(str(error)) from None
+    async with _client(args) as client:
         handle = await client.start(args.workflow, payload, idempotency_key=args.idempotency_key)
         print(handle.run_id, flush=True)
         if args.wait:
@@ -614,6 +620,16 @@ runs already in flight finish on the version they started on.""",
         "runs",
         help="list, inspect, watch, start, signal and cancel runs",
         description="Inspect and drive runs.",
+        epilog="""examples:
+  legato runs list --status running
+  RUN=$(legato runs start signup --input '{"email": "ada@example.com"}')
+  legato runs signal "$RUN" signup.confirmed --payload '{"code": "c0de"}'
+  legato runs watch "$RUN"
+  legato runs show "$RUN"
+  legato runs cancel "$RUN"
+
+`legato runs COMMAND --help` describes each command.""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     group = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
 
@@ -687,9 +703,9 @@ Exit status: 0 when the run succeeded, 1 when it failed or was cancelled,
   legato runs start signup --input '{"email": "ada@example.com"}' --idempotency-key ada
   legato runs start orders --app examples.orders:app --input @- --wait < order.json
 
-Without --app the workflow's deployed version is used and the input is checked
-only when a task reads it; with --app the input is validated by the workflow's
-input model first. With --idempotency-key, starting again returns the same run.""",
+The deployed version of the workflow runs. Without --app the input is checked
+only when a task reads it; with --app it is first validated by the app's
+input model for that workflow. With --idempotency-key, starting again returns the same run.""",
     )
     start.add_argument("workflow", metavar="WORKFLOW", help="the workflow's name")
     start.add_argument(
