@@ -74,6 +74,7 @@ class Batch:
     """The writes of a batch of decisions, gathered so each table gets one statement."""
 
     now: datetime
+    queue_of: dict[uuid.UUID, str | None] = field(default_factory=dict)
     creates: list[tuple[uuid.UUID, CreateTask]] = field(default_factory=list)
     enqueues: list[tuple[uuid.UUID, EnqueueTask]] = field(default_factory=list)
     timers: list[tuple[uuid.UUID, ArmTimer]] = field(default_factory=list)
@@ -138,13 +139,19 @@ class Batch:
         await timers.arm(conn, self.timers, self.now)
         await signals.consume(conn, self.consumed)
         if self.resolves:
+            # Queue rows before task rows: the order a worker's claim takes them in.
+            await task_queue.remove(
+                conn,
+                [
+                    (queue, move.task_id)
+                    for move in self.resolves
+                    if (queue := self.queue_of.get(move.task_id))
+                ],
+            )
             applied = await tasks.transition_many(conn, self.resolves)
             stale = [m.task_id for m in self.resolves if m.task_id not in applied]
             if stale:
                 raise DecisionAborted(f"tasks {stale} were no longer active")
-            await task_queue.remove(
-                conn, [(queue, task_id) for task_id, queue in applied.items() if queue]
-            )
         await tasks.mark_observed(
             conn, [pair for pair in self.observed if pair[1] not in born_observed]
         )
@@ -174,7 +181,10 @@ async def decide_runs(
     ids = [run.id for run, _ in running]
     all_tasks = await tasks.load_many(conn, ids) if ids else {}
     all_signals = await signals.pending_many(conn, ids) if ids else {}
-    batch = Batch(now=now)
+    batch = Batch(
+        now=now,
+        queue_of={row.task_id: row.queue for rows in all_tasks.values() for row in rows},
+    )
     for run, last_seq in running:
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)
         snapshot = RunSnapshot(

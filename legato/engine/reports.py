@@ -20,25 +20,34 @@ from legato.engine.repositories import decide_queue, notify, task_queue, tasks
 
 @dataclass(frozen=True)
 class Report:
-    """A fenced transition plus the queue row it ends, if the caller knows it."""
+    """A fenced transition plus the queue row of the attempt, if it has one.
+
+    ``only_if_unleased`` keeps the queue row when a worker has leased it (a
+    schedule-to-start timeout must not take away an attempt that just started).
+    """
 
     move: tasks.Transition
     queue_key: tuple[str, uuid.UUID] | None = None
+    only_if_unleased: bool = False
 
 
 async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason: str) -> int:
     """Apply reports in the caller's transaction; returns how many were not stale.
 
-    Stale reports (an attempt already finished, cancelled or superseded) change
-    nothing. The deciders are notified at commit.
+    Lock order, as everywhere: the runs' decide rows (in run-id order), then the queue
+    rows, then the task rows. Stale reports (an attempt already finished, cancelled
+    or superseded) change no task; their queue rows go, because their attempt is over.
+    The deciders are notified at commit.
     """
     if not reports:
         return 0
     await decide_queue.enqueue(conn, (report.move.run_id for report in reports), reason)
+    await task_queue.remove(
+        conn, [r.queue_key for r in reports if r.queue_key and not r.only_if_unleased]
+    )
+    await task_queue.remove(
+        conn, [r.queue_key for r in reports if r.queue_key and r.only_if_unleased], unleased=True
+    )
     applied = await tasks.transition_many(conn, [report.move for report in reports])
-    # Every report ends its attempt's queue row, stale or not: the attempt is over.
-    finished_queue_rows = {r.queue_key for r in reports if r.queue_key is not None}
-    finished_queue_rows |= {(queue, task_id) for task_id, queue in applied.items() if queue}
-    await task_queue.remove(conn, sorted(finished_queue_rows))
     await notify.send(conn, notify.decide_channel(notify.schema_of(conn)))
     return len(applied)

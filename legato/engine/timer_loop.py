@@ -51,22 +51,32 @@ def start_to_close_due(
     return max(timer.due_at, timing.started_at + (timer.due_at - timing.available_at))
 
 
-def report_for(timer: timers.DueTimer) -> Report:
-    """The fenced transition a due timer causes (pure)."""
+def report_for(timer: timers.DueTimer, queue: str | None = None) -> Report:
+    """The fenced transition a due timer causes, ending the attempt's queue row in
+    ``queue`` if it has one (pure)."""
     from_states, state = TIMER_TRANSITIONS[timer.kind]
     error = None
     if state is TaskState.TIMED_OUT:
         error = TaskError(type="Timeout", message=_TIMEOUT_MESSAGES[timer.kind])
     return Report(
-        tasks.Transition(
+        queue_key=None if queue is None else (queue, timer.task_id),
+        only_if_unleased=timer.kind is TimerKind.SCHEDULE_TO_START,
+        move=tasks.Transition(
             run_id=timer.run_id,
             task_id=timer.task_id,
             attempt=timer.attempt,
             state=state,
             error=error,
             from_states=from_states,
-        )
+        ),
     )
+
+
+_QUEUED_KINDS = frozenset({TimerKind.SCHEDULE_TO_START, TimerKind.START_TO_CLOSE})
+
+
+def _queue_of(timing: tasks.AttemptTiming | None) -> str | None:
+    return None if timing is None else timing.queue
 
 
 class TimerLoop(Loop):
@@ -91,9 +101,9 @@ class TimerLoop(Loop):
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             due = await timers.take_due(conn, self.batch_size)
-            closing = [t for t in due if t.kind is TimerKind.START_TO_CLOSE]
-            timing = await tasks.timings(conn, [(t.run_id, t.task_id) for t in closing])
-            for timer in closing:
+            queued = [t for t in due if t.kind in _QUEUED_KINDS]
+            timing = await tasks.timings(conn, [(t.run_id, t.task_id) for t in queued])
+            for timer in [t for t in queued if t.kind is TimerKind.START_TO_CLOSE]:
                 real_due = start_to_close_due(timer, timing.get(timer.task_id))
                 if real_due is None:
                     due.remove(timer)
@@ -102,7 +112,8 @@ class TimerLoop(Loop):
             early = [t for t in due if t.due_at > now]
             await timers.rearm(conn, early, now)
             fired = [t for t in due if t.due_at <= now]
-            await apply_reports(conn, [report_for(t) for t in fired], "timer fired")
+            reports = [report_for(t, _queue_of(timing.get(t.task_id))) for t in fired]
+            await apply_reports(conn, reports, "timer fired")
         self.fired += len(fired)
         return len(due) >= self.batch_size
 
@@ -127,7 +138,7 @@ class LeaseSweeper(Loop):
 
     async def tick(self) -> bool:
         async with self.engine.begin() as conn:
-            expired = await task_queue.claim_expired(conn, self.batch_size)
+            expired = await task_queue.expired(conn, self.batch_size)
             reports = [
                 Report(
                     tasks.Transition(

@@ -35,11 +35,15 @@ def test_each_kind_moves_only_the_state_it_guards() -> None:
 def test_start_to_close_counts_from_the_real_start() -> None:
     # Armed for an attempt available at T0 with 10 s to finish: due T0 + 10 s.
     timer = _timer(TimerKind.START_TO_CLOSE, T0 + timedelta(seconds=10))
-    started_late = AttemptTiming(timer.task_id, TaskState.RUNNING, T0, T0 + timedelta(seconds=60))
+    started_late = AttemptTiming(
+        timer.task_id, TaskState.RUNNING, "default", T0, T0 + timedelta(seconds=60)
+    )
     assert start_to_close_due(timer, started_late) == T0 + timedelta(seconds=70)
-    on_time = AttemptTiming(timer.task_id, TaskState.RUNNING, T0, T0 + timedelta(seconds=1))
+    on_time = AttemptTiming(
+        timer.task_id, TaskState.RUNNING, "default", T0, T0 + timedelta(seconds=1)
+    )
     assert start_to_close_due(timer, on_time) == T0 + timedelta(seconds=11)
-    finished = AttemptTiming(timer.task_id, TaskState.COMPLETED, T0, T0)
+    finished = AttemptTiming(timer.task_id, TaskState.COMPLETED, "default", T0, T0)
     assert start_to_close_due(timer, finished) is None
     assert start_to_close_due(timer, None) is None
 

@@ -112,11 +112,14 @@ async def extend_leases(
     return set(result.scalars())
 
 
-async def remove(conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
+async def remove(
+    conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], *, unleased: bool = False
+) -> None:
     """Delete finished attempts' rows (worker reports, timer loop, sweeper, decider's
-    cancellations). Primary key."""
+    cancellations); with ``unleased``, only rows no worker holds. Primary key."""
     if keys:
-        await conn.execute(delete(TaskQueue.table).where(*_keyed(keys)))
+        condition = [TaskQueue.lease_expires_at.is_(None)] if unleased else []
+        await conn.execute(delete(TaskQueue.table).where(*_keyed(keys), *condition))
 
 
 async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
@@ -130,9 +133,11 @@ async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, u
         )
 
 
-async def claim_expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
-    """Lock leased rows whose lease has expired (lease sweeper): their worker is gone.
+async def expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
+    """Leased rows whose lease has expired (lease sweeper): their worker is gone.
 
+    Not locked here: the sweeper's report takes the run's decide row first (one lock
+    order everywhere), and a second sweeper's report of the same row is fenced out.
     Served by the partial index ``ix_task_queue_leased``.
     """
     result = await conn.execute(
@@ -146,7 +151,6 @@ async def claim_expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
         .where(TaskQueue.lease_expires_at.is_not(None), TaskQueue.lease_expires_at < func.now())
         .order_by(TaskQueue.lease_expires_at)
         .limit(limit)
-        .with_for_update(skip_locked=True)
     )
     return [Claimed(*row) for row in result]
 

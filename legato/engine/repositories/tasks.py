@@ -240,6 +240,7 @@ async def mark_observed(
 class AttemptTiming:
     task_id: uuid.UUID
     state: TaskState
+    queue: str | None
     available_at: datetime | None
     started_at: datetime | None
 
@@ -247,12 +248,12 @@ class AttemptTiming:
 async def timings(
     conn: AsyncConnection, keys: Sequence[tuple[uuid.UUID, uuid.UUID]]
 ) -> dict[uuid.UUID, AttemptTiming]:
-    """When attempts became available and started (timer loop, before acting on a
-    start-to-close timer). Primary keys of the runs' partitions."""
+    """Attempts' state, queue and start times (timer loop, before acting on a
+    schedule-to-start or start-to-close timer). Primary keys of the runs' partitions."""
     if not keys:
         return {}
     result = await conn.execute(
-        select(Tasks.id, Tasks.state, Tasks.available_at, Tasks.started_at).where(
+        select(Tasks.id, Tasks.state, Tasks.queue, Tasks.available_at, Tasks.started_at).where(
             in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in keys})),
             in_array(Tasks.id, uuid_array("task_ids", [t for _, t in keys])),
         )
