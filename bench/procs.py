@@ -16,6 +16,7 @@ import asyncio
 import multiprocessing
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -112,7 +113,8 @@ class Fleet:
             if not ready.wait(timeout):
                 raise RuntimeError(f"bench process {proc.pid} did not get ready")
         if self.profile_dir is not None:
-            spy = shutil.which("py-spy")
+            beside = Path(sys.executable).with_name("py-spy")
+            spy = str(beside) if beside.exists() else shutil.which("py-spy")
             if spy is None:
                 raise RuntimeError("--profile needs py-spy: pip install py-spy")
             self.profile_dir.mkdir(parents=True, exist_ok=True)

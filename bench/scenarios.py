@@ -41,7 +41,7 @@ class Sizes:
 SIZES = {
     "tiny": Sizes(20, 200, 20, 10, 4, 5, 500, 5),
     "small": Sizes(300, 3_000, 500, 200, 40, 50, 20_000, 50),
-    "full": Sizes(2_000, 30_000, 6_000, 2_000, 300, 200, 1_000_000, 300),
+    "full": Sizes(1_000, 30_000, 1_000, 200, 40, 200, 1_000_000, 200),
 }
 
 
@@ -198,7 +198,7 @@ def _drained_settings(d: Drained, n: int) -> dict[str, Any]:
 async def scenario_e2e_1(server: Server, opts: Options) -> list[Figure]:
     n = opts.size.e2e_1
     figures: list[Figure] = []
-    layouts = [("1 worker", 1, 1), ("worker per core", opts.cores, max(1, opts.cores // 2))]
+    layouts = [("1 worker", 1, 1), ("worker per core", opts.cores, opts.cores)]
     saturated: Drained | None = None
     for name, workers, deciders in layouts:
         d = await drain(
@@ -229,7 +229,7 @@ def commit_figure(d: Drained, n: int) -> Figure:
 
 async def scenario_e2e_3(server: Server, opts: Options) -> list[Figure]:
     figures = []
-    workers, deciders = opts.cores, max(1, opts.cores // 2)
+    workers, deciders = opts.cores, opts.cores
     for name, workflow, n in (
         ("3-task chain", chain3, opts.size.chain3),
         ("fan-out 10 + join", fanout10, opts.size.fanout10),
