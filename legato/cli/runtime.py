@@ -322,11 +322,8 @@ async def _runs_show(args: argparse.Namespace) -> int:
 async def _runs_watch(args: argparse.Namespace) -> int:
     run_id = parse_run_id(args.run_id)
     async with _client(args) as client:
-        details = await client.get_run(run_id)
-        origin = details.run.created_at
-        print(
-            f"watching run {run_id} ({details.run.workflow_name} v{details.run.workflow_version})"
-        )
+        run = (await client.get_run(run_id)).run  # RunNotFound before anything else
+        print(f"watching run {run_id} ({run.workflow_name} v{run.workflow_version})", flush=True)
         wake = asyncio.Event()
         prefix = f"{run_id}:"
 
@@ -336,34 +333,34 @@ async def _runs_watch(args: argparse.Namespace) -> int:
 
         wakeups = Wakeups(client.engine)
         try:
-            try:
+            try:  # LISTEN before reading the history, so no event falls in between
                 await wakeups.subscribe(notify.events_channel(client.schema), on_payload)
-            except Exception as error:  # LISTEN is a hint: fall back to polling
+            except Exception as error:  # a hint only: polling still finds every event
                 log.warning("cannot LISTEN (%s); polling instead", error)
-            seq = 0
-            events = details.history
             loop = asyncio.get_running_loop()
             deadline = None if args.timeout is None else loop.time() + args.timeout
+            seq = 0
+            finished = False
             while True:
-                for event in events:
-                    print(render.history_line(event, origin), flush=True)
-                    seq = event.seq
-                if any(event.type in render.FINAL_EVENTS for event in events):
-                    break
-                if deadline is not None and loop.time() >= deadline:
-                    print(f"legato: error: run {run_id} still running after {args.timeout}s")
-                    return 2
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=args.poll_interval)
                 wake.clear()
                 events = await client.history(run_id, seq)
-                if not events:  # no event seen: was the run finished by other means?
-                    run = (await client.get_run(run_id)).run
-                    if run.status is not RunStatus.RUNNING:
-                        events = await client.history(run_id, seq)
-                        for event in events:
-                            print(render.history_line(event, origin), flush=True)
-                        break
+                for event in events:
+                    print(render.history_line(event, run.created_at), flush=True)
+                    seq = event.seq
+                if finished or any(event.type in render.FINAL_EVENTS for event in events):
+                    break
+                if events:
+                    continue  # a long history comes in pages
+                if deadline is not None and loop.time() >= deadline:
+                    print(
+                        f"legato: error: run {run_id} is still running after {args.timeout}s",
+                        file=sys.stderr,
+                    )
+                    return 2
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=args.poll_interval)
+                except TimeoutError:  # nothing notified: poll, and notice a finish
+                    finished = (await client.get_run(run_id)).run.status is not RunStatus.RUNNING
         finally:
             await wakeups.close()
         run = (await client.get_run(run_id)).run
