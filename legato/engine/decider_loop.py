@@ -274,44 +274,47 @@ class DeciderLoop(Loop):
         self.decided = 0
 
     async def tick(self) -> bool:
-        async with self.engine.begin() as conn:
-            claimed = sorted(await decide_queue.claim(conn, self.batch_size))
+        now = datetime.now(UTC)
+        claimed: list[uuid.UUID] = []
+        try:
+            async with self.engine.begin() as conn:
+                claimed = await decide_queue.take(conn, self.batch_size)
+                if not claimed:
+                    return False
+                batch = await decide_runs(conn, claimed, self.specs, now)
+                await self._announce(conn, batch.queues, batch.cancels_attempts)
+            self.decided += len(claimed)
+        except Exception:
             if not claimed:
-                return False
-            now = datetime.now(UTC)
-            try:
-                async with conn.begin_nested():
-                    batch = await decide_runs(conn, claimed, self.specs, now)
-                done, queues, cancels = claimed, batch.queues, batch.cancels_attempts
-            except Exception:
-                # One bad run must not sink the batch: decide them one by one.
-                log.warning("deciding %d runs together failed; retrying one by one", len(claimed))
-                done, queues, cancels = await self._one_by_one(conn, claimed, now)
-            await decide_queue.remove(conn, done)
-            if queues:
-                await notify.send(conn, notify.tasks_channel(self.schema), queues)
-            if cancels:
-                await notify.send(conn, notify.cancel_channel(self.schema))
-        self.decided += len(done)
+                raise
+            # One bad run must not sink the batch: the batch rolled back, so decide the
+            # same runs one by one, each in its own savepoint.
+            log.warning("deciding %d runs together failed; retrying one by one", len(claimed))
+            await self._one_by_one(claimed, now)
         return len(claimed) >= self.batch_size
 
-    async def _one_by_one(
-        self, conn: AsyncConnection, run_ids: Sequence[uuid.UUID], now: datetime
-    ) -> tuple[list[uuid.UUID], set[str], bool]:
-        done: list[uuid.UUID] = []
-        queues: set[str] = set()
-        cancels = False
-        for run_id in run_ids:
-            try:
-                async with conn.begin_nested():
-                    batch = await decide_runs(conn, [run_id], self.specs, now)
-            except Exception as error:
-                log.exception("deciding run %s failed; retrying later", run_id)
-                await decide_queue.postpone(
-                    conn, run_id, now + self.retry_delay, f"decision failed: {error}"[:500]
-                )
-                continue
-            done.append(run_id)
-            queues |= batch.queues
-            cancels = cancels or batch.cancels_attempts
-        return done, queues, cancels
+    async def _one_by_one(self, run_ids: Sequence[uuid.UUID], now: datetime) -> None:
+        async with self.engine.begin() as conn:
+            queues: set[str] = set()
+            cancels = False
+            for run_id in await decide_queue.take(conn, len(run_ids), run_ids):
+                try:
+                    async with conn.begin_nested():
+                        batch = await decide_runs(conn, [run_id], self.specs, now)
+                except Exception as error:
+                    log.exception("deciding run %s failed; retrying later", run_id)
+                    await decide_queue.postpone(
+                        conn, run_id, now + self.retry_delay, f"decision failed: {error}"[:500]
+                    )
+                    continue
+                self.decided += 1
+                queues |= batch.queues
+                cancels = cancels or batch.cancels_attempts
+            await self._announce(conn, queues, cancels)
+
+    async def _announce(self, conn: AsyncConnection, queues: set[str], cancels: bool) -> None:
+        """NOTIFY the workers of the queues that got work and of cancelled attempts."""
+        if queues:
+            await notify.send(conn, notify.tasks_channel(self.schema), queues)
+        if cancels:
+            await notify.send(conn, notify.cancel_channel(self.schema))

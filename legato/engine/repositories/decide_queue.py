@@ -52,44 +52,31 @@ async def enqueue(
     )
 
 
-async def claim(conn: AsyncConnection, limit: int) -> list[uuid.UUID]:
-    """Lock up to ``limit`` runs that are due for a decision (decider loop).
+async def take(
+    conn: AsyncConnection, limit: int, run_ids: Sequence[uuid.UUID] | None = None
+) -> list[uuid.UUID]:
+    """Take up to ``limit`` runs due for a decision (or just ``run_ids``) off the queue
+    (decider loop).
 
-    ``FOR UPDATE SKIP LOCKED``: deciders never wait on each other; the row lock is
-    held until the decision commits. Served by ``ix_decide_queue_available_at``.
+    Deleted at once but locked until the decision commits: a report racing the
+    decision waits on the deleted row and inserts a new one after the commit (or
+    finds it restored by a rollback) — no lost wake-up, and no separate delete.
+    ``FOR UPDATE SKIP LOCKED``: deciders never wait on each other. Served by
+    ``ix_decide_queue_available_at`` (or the primary key for ``run_ids``).
     """
+    due = select(DecideQueue.run_id).where(DecideQueue.available_at <= func.now())
+    if run_ids is not None:
+        due = due.where(in_array(DecideQueue.run_id, uuid_array("run_ids", run_ids)))
+    due = due.order_by(DecideQueue.available_at).limit(limit).with_for_update(skip_locked=True)
     result = await conn.execute(
-        select(DecideQueue.run_id)
-        .where(DecideQueue.available_at <= func.now())
-        .order_by(DecideQueue.available_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+        delete(DecideQueue.table)
+        .where(DecideQueue.run_id.in_(due.scalar_subquery()))
+        .returning(DecideQueue.run_id)
     )
-    return list(result.scalars())
-
-
-async def remove(conn: AsyncConnection, run_ids: Sequence[uuid.UUID]) -> None:
-    """Delete the decided runs' rows (decider loop, same transaction as the decision)."""
-    if run_ids:
-        await conn.execute(
-            delete(DecideQueue.table).where(
-                in_array(DecideQueue.run_id, uuid_array("run_ids", run_ids))
-            )
-        )
+    return sorted(result.scalars())
 
 
 async def postpone(conn: AsyncConnection, run_id: uuid.UUID, until: datetime, reason: str) -> None:
-    """Push a run whose decision failed back by a delay (decider loop), so it is retried
-    without spinning. Served by the primary key."""
-    await conn.execute(
-        DecideQueue.table.update()
-        .where(DecideQueue.run_id == run_id)
-        .values(available_at=until, reason=reason)
-    )
-
-
-async def count(conn: AsyncConnection) -> int:
-    """Runs waiting for a decision (``legato runs`` status lines, tests)."""
-    return int(
-        (await conn.execute(select(func.count()).select_from(DecideQueue.table))).scalar_one()
-    )
+    """Put a run whose decision failed back on the queue after a delay (decider loop), so
+    it is retried without spinning. Primary key."""
+    await enqueue(conn, [run_id], reason, available_at=until)
