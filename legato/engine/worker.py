@@ -93,6 +93,7 @@ class Worker(Loop):
         self._reports: list[Report] = []
         self._flush_wanted = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
+        self._saturated = False
         self.completed = 0
 
     # -- claiming ---------------------------------------------------------------------------
@@ -108,28 +109,16 @@ class Worker(Loop):
             return False
         async with self.engine.begin() as conn:
             claimed = await task_queue.claim(conn, self.queues, self.worker_id, free, self.lease)
-            if not claimed:
-                return False
-            started = await tasks.start_attempts(
-                conn, [(c.run_id, c.task_id, c.attempt) for c in claimed], self.worker_id
-            )
-            by_id = {s.task_id: s for s in started}
-            # Attempts cancelled or timed out since they were enqueued are not run.
-            await task_queue.remove(
-                conn, [(c.queue, c.task_id) for c in claimed if c.task_id not in by_id]
-            )
         for item in claimed:
-            attempt = by_id.get(item.task_id)
-            if attempt is None:
-                continue
             flight = _InFlight(claimed=item, definition=self.app.tasks.get(item.task_name))
             self._inflight[item.task_id] = flight
-            flight.task = asyncio.create_task(self._execute(flight, attempt))
-        return len(claimed) >= free
+            flight.task = asyncio.create_task(self._execute(flight))
+        self._saturated = len(claimed) >= free
+        return self._saturated
 
     # -- running ----------------------------------------------------------------------------
 
-    async def _execute(self, flight: _InFlight, attempt: tasks.StartedAttempt) -> None:
+    async def _execute(self, flight: _InFlight) -> None:
         item = flight.claimed
         definition = flight.definition
 
@@ -141,9 +130,9 @@ class Worker(Loop):
         ctx = TaskContext(
             run_id=item.run_id,
             task_id=item.task_id,
-            workflow=attempt.workflow_name,
-            node_id=attempt.node_id,
-            iteration=attempt.iteration,
+            workflow=item.workflow_name,
+            node_id=item.node_id,
+            iteration=item.iteration,
             attempt=item.attempt,
             _heartbeat=heartbeat,
         )
@@ -162,7 +151,7 @@ class Worker(Loop):
                 )
             else:
                 async with deadline:
-                    output = await definition.invoke(ctx, attempt.input)
+                    output = await definition.invoke(ctx, item.input)
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)
@@ -230,8 +219,8 @@ class Worker(Loop):
         for report in batch:
             self._inflight.pop(report.move.task_id, None)
         self.completed += len(batch)
-        if self._wake is not None:
-            self._wake.set()  # slots are free: claim again
+        if self._saturated and self._wake is not None:
+            self._wake.set()  # slots are free and work was left behind: claim again
 
     # -- leases -----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pydantic import JsonValue
 from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -19,7 +20,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.decider.model import EnqueueTask
 from legato.engine.repositories.params import in_array, text_array, uuid_array
-from legato.schema import TaskQueue
+from legato.schema import Runs, TaskQueue, Tasks, TaskState
 
 
 async def enqueue(conn: AsyncConnection, items: Sequence[tuple[uuid.UUID, EnqueueTask]]) -> None:
@@ -54,20 +55,30 @@ def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], 
 
 @dataclass(frozen=True)
 class Claimed:
+    """A leased attempt, started, with what the worker needs to run it."""
+
     queue: str
     task_id: uuid.UUID
     run_id: uuid.UUID
     attempt: int
     task_name: str
+    node_id: str
+    iteration: int
+    input: JsonValue
+    workflow_name: str
 
 
 async def claim(
     conn: AsyncConnection, queues: Sequence[str], owner: str, limit: int, lease: timedelta
 ) -> list[Claimed]:
-    """Lease up to ``limit`` available attempts of ``queues`` (worker loop).
+    """Lease up to ``limit`` available attempts of ``queues`` and mark them RUNNING, in one
+    statement (worker loop).
 
     Highest priority first, then oldest; ``FOR UPDATE SKIP LOCKED`` so workers never
-    wait on each other. Served by the partial index ``ix_task_queue_dequeue``.
+    wait on each other. The task update is fenced on (attempt, QUEUED); a leased row
+    whose attempt is no longer queued is not returned, and the sweeper drops it when
+    its lease expires. Served by the partial index ``ix_task_queue_dequeue``, then the
+    primary keys of ``tasks`` and ``runs``.
     """
     candidates = (
         select(TaskQueue.queue, TaskQueue.task_id)
@@ -80,7 +91,7 @@ async def claim(
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    result = await conn.execute(
+    leased = (
         update(TaskQueue.table)
         .where(tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates))
         .values(lease_owner=owner, lease_expires_at=func.now() + lease)
@@ -91,8 +102,31 @@ async def claim(
             TaskQueue.attempt,
             TaskQueue.task_name,
         )
+        .cte("leased")
     )
-    return [Claimed(*row) for row in result]
+    result = await conn.execute(
+        update(Tasks.table)
+        .where(
+            Tasks.run_id == leased.c.run_id,
+            Tasks.id == leased.c.task_id,
+            Tasks.attempt == leased.c.attempt,
+            Tasks.state == TaskState.QUEUED,
+            Runs.id == Tasks.run_id,
+        )
+        .values(state=TaskState.RUNNING, started_at=func.now(), lease_owner=owner)
+        .returning(
+            leased.c.queue,
+            leased.c.task_id,
+            leased.c.run_id,
+            leased.c.attempt,
+            leased.c.task_name,
+            Tasks.node_id,
+            Tasks.iteration,
+            Tasks.input,
+            Runs.workflow_name,
+        )
+    )
+    return [Claimed(**row._asdict()) for row in result]
 
 
 async def extend_leases(
@@ -133,7 +167,15 @@ async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, u
         )
 
 
-async def expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
+@dataclass(frozen=True)
+class Expired:
+    queue: str
+    task_id: uuid.UUID
+    run_id: uuid.UUID
+    attempt: int
+
+
+async def expired(conn: AsyncConnection, limit: int) -> list[Expired]:
     """Leased rows whose lease has expired (lease sweeper): their worker is gone.
 
     Not locked here: the sweeper's report takes the run's decide row first (one lock
@@ -141,18 +183,12 @@ async def expired(conn: AsyncConnection, limit: int) -> list[Claimed]:
     Served by the partial index ``ix_task_queue_leased``.
     """
     result = await conn.execute(
-        select(
-            TaskQueue.queue,
-            TaskQueue.task_id,
-            TaskQueue.run_id,
-            TaskQueue.attempt,
-            TaskQueue.task_name,
-        )
+        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
         .where(TaskQueue.lease_expires_at.is_not(None), TaskQueue.lease_expires_at < func.now())
         .order_by(TaskQueue.lease_expires_at)
         .limit(limit)
     )
-    return [Claimed(*row) for row in result]
+    return [Expired(*row) for row in result]
 
 
 async def leased_by(conn: AsyncConnection, owner: str) -> int:

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
 from legato.engine.repositories.params import in_array, text_array, uuid_array
-from legato.schema import NodeKind, Runs, Tasks, TaskState
+from legato.schema import NodeKind, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.tables import ERROR_JSON
 from legato.schema.types import JSON_VALUE
@@ -259,51 +259,6 @@ async def timings(
         )
     )
     return {row[0]: AttemptTiming(*row) for row in result}
-
-
-@dataclass(frozen=True)
-class StartedAttempt:
-    run_id: uuid.UUID
-    task_id: uuid.UUID
-    attempt: int
-    node_id: str
-    iteration: int
-    input: JsonValue
-    workflow_name: str
-
-
-async def start_attempts(
-    conn: AsyncConnection, claimed: Sequence[tuple[uuid.UUID, uuid.UUID, int]], owner: str
-) -> list[StartedAttempt]:
-    """Mark claimed attempts RUNNING and read their inputs (worker loop, claim transaction).
-
-    Fenced on (run id, task id, attempt, QUEUED): an attempt cancelled or timed out
-    since it was enqueued is not started. Primary keys of the claimed runs' partitions.
-    """
-    if not claimed:
-        return []
-    keys = [(run_id, task_id) for run_id, task_id, _ in claimed]
-    attempts = {(run_id, task_id): attempt for run_id, task_id, attempt in claimed}
-    result = await conn.execute(
-        update(Tasks.table)
-        .where(
-            in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in keys})),
-            in_array(Tasks.id, uuid_array("task_ids", [t for _, t in keys])),
-            Tasks.state == TaskState.QUEUED,
-            Runs.id == Tasks.run_id,
-        )
-        .values(state=TaskState.RUNNING, started_at=func.now(), lease_owner=owner)
-        .returning(
-            Tasks.run_id,
-            Tasks.id,
-            Tasks.attempt,
-            Tasks.node_id,
-            Tasks.iteration,
-            Tasks.input,
-            Runs.workflow_name,
-        )
-    )
-    return [StartedAttempt(*row) for row in result if attempts.get((row[0], row[1])) == row[2]]
 
 
 async def release_attempts(
