@@ -17,7 +17,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar, overload
 
@@ -25,7 +25,7 @@ from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.db import check_database, create_engine, resolve_schema
-from legato.engine.decider.model import AppendEvent, TaskError
+from legato.engine.decider.model import TaskError
 from legato.engine.deploy import deploy_workflows, store_version, with_children
 from legato.engine.repositories import (
     decide_queue,
@@ -212,19 +212,25 @@ class Client:
         if run_id is not None:
             await self._check_run_id(run_id)
         new_id = run_id or uuid7()
+        name = definition.name if definition is not None else str(workflow)
+        version = self._versions.get((name, definition.spec_hash)) if definition else None
+        new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
+        if version is not None and idempotency_key is None:
+            # The common case is one statement, atomic on its own: one round trip.
+            async with self.engine.connect() as conn:
+                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await self._start(autocommit, [new])
+            return RunHandle(self, new_id, _typed(workflow))
         async with self.engine.begin() as conn:
             if definition is not None:
                 version = await self._version_of(conn, definition)
             else:
-                assert isinstance(workflow, str)
-                found = await definitions.deployed_version(conn, workflow)
-                if found is None:
+                version = await definitions.deployed_version(conn, name)
+                if version is None:
                     raise UnknownWorkflow(
-                        f"unknown workflow {workflow!r}: no deployed version "
+                        f"unknown workflow {name!r}: no deployed version "
                         "(deploy it with `legato deploy --app module:app`)"
                     )
-                version = found
-            name = definition.name if definition is not None else str(workflow)
             if idempotency_key is not None:
                 existing = await idempotency_keys.claim(
                     conn,
@@ -235,7 +241,7 @@ class Client:
                 )
                 if existing is not None:
                     return RunHandle(self, existing, _typed(workflow))
-            await self._insert_run(conn, new_id, name, version, payload, idempotency_key, start_at)
+            await self._start(conn, [replace(new, workflow_version=version)])
         return RunHandle(self, new_id, _typed(workflow))
 
     async def start_many(
@@ -246,34 +252,17 @@ class Client:
         ids = [uuid7() for _ in payloads]
         async with self.engine.begin() as conn:
             version = await self._version_of(conn, workflow)
-            await runs.insert_runs(
+            await self._start(
                 conn,
                 [
                     runs.NewRun(run_id, workflow.name, version, payload)
                     for run_id, payload in zip(ids, payloads, strict=True)
                 ],
             )
-            await run_events.append_first(conn, ids, _started_event())
-            await decide_queue.enqueue(conn, ids, "started")
-            await notify.send(conn, notify.decide_channel(self.schema))
         return [RunHandle(self, run_id, workflow) for run_id in ids]
 
-    async def _insert_run(
-        self,
-        conn: AsyncConnection,
-        run_id: uuid.UUID,
-        name: str,
-        version: int,
-        payload: JsonValue,
-        idempotency_key: str | None,
-        start_at: datetime | None,
-    ) -> None:
-        await runs.insert_runs(
-            conn, [runs.NewRun(run_id, name, version, payload, None, idempotency_key, start_at)]
-        )
-        await run_events.append_first(conn, [run_id], _started_event())
-        await decide_queue.enqueue(conn, [run_id], "started", available_at=start_at)
-        await notify.send(conn, notify.decide_channel(self.schema))
+    async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
+        await runs.start_runs(conn, new_runs, "started", notify.decide_channel(self.schema))
 
     def _definition(self, workflow: Workflow[Any, Any] | str) -> WorkflowDefinition | None:
         if isinstance(workflow, WorkflowDefinition):
@@ -439,10 +428,6 @@ class Client:
 
 def _typed(workflow: object) -> Workflow[Any, Any] | None:
     return workflow if isinstance(workflow, Workflow) else None
-
-
-def _started_event() -> AppendEvent:
-    return AppendEvent(type="run_started")
 
 
 def _failure_message(run: RunRow) -> str:

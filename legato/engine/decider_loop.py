@@ -207,16 +207,12 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
         raise LookupError(
             f"child workflow {action.workflow_name!r} is not deployed (legato deploy --app ...)"
         )
-    await runs.insert_runs(
+    await runs.start_runs(
         conn,
         [runs.NewRun(action.task_id, action.workflow_name, version, action.input, parent_id)],
+        "child started",
+        notify.decide_channel(notify.schema_of(conn)),
     )
-    await run_events.append_first(
-        conn,
-        [action.task_id],
-        AppendEvent(type="run_started", data={"parent_run_id": str(parent_id)}),
-    )
-    await decide_queue.enqueue(conn, [action.task_id], "child started")
 
 
 async def complete_parents(

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
 
-def uuid_array(name: str, values: Iterable[uuid.UUID] | None = None) -> BindParameter[Any]:
+def uuid_array(name: str, values: Iterable[uuid.UUID | None] | None = None) -> BindParameter[Any]:
     """A ``uuid[]`` parameter (bound now, or later by name when ``values`` is None)."""
     if values is None:
         return bindparam(name, type_=ARRAY(Uuid()))

@@ -53,19 +53,6 @@ async def append(
     )
 
 
-async def append_first(
-    conn: AsyncConnection, run_ids: Sequence[uuid.UUID], event: AppendEvent
-) -> None:
-    """Write event 1 of many new runs in one statement (Client.start_many)."""
-    await conn.execute(
-        insert(RunEvents.table),
-        [
-            {"run_id": run_id, "seq": 1, "type": event.type, "data": event.data}
-            for run_id in run_ids
-        ],
-    )
-
-
 async def history(
     conn: AsyncConnection, run_id: uuid.UUID, after_seq: int = 0, limit: int = 10_000
 ) -> list[HistoryEvent]:

@@ -11,12 +11,31 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import Row, Select, and_, bindparam, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    Row,
+    Select,
+    Text,
+    Uuid,
+    and_,
+    bindparam,
+    cast,
+    column,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import TaskError
-from legato.engine.repositories.params import in_array, uuid_array
-from legato.schema import RunEvents, Runs, RunStatus
+from legato.engine.repositories.params import in_array, text_array, uuid_array
+from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
+from legato.schema.types import JSON_VALUE
 
 
 @dataclass(frozen=True)
@@ -104,24 +123,87 @@ class NewRun:
     scheduled_at: datetime | None = None
 
 
-async def insert_runs(conn: AsyncConnection, new_runs: Sequence[NewRun]) -> None:
-    """Insert RUNNING runs in one statement (Client.start / start_many, and the decider
-    for child runs). Primary key."""
+async def start_runs(
+    conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str, channel: str
+) -> None:
+    """Start runs in ONE statement (Client.start / start_many, and the decider for child
+    runs): insert the RUNNING runs, their first history event and their decide_queue
+    rows (available at ``scheduled_at`` or now), and NOTIFY ``channel``.
+
+    A single statement is atomic on its own, so a start outside a transaction is one
+    round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
+    any number of runs. Primary keys of ``runs``, ``run_events`` and ``decide_queue``.
+    """
+    if not new_runs:
+        return
+    given = (
+        func.unnest(
+            uuid_array("ids", [r.run_id for r in new_runs]),
+            text_array("names", [r.workflow_name for r in new_runs]),
+            bindparam("versions", [r.workflow_version for r in new_runs], type_=ARRAY(Integer())),
+            text_array("inputs", [JSON_VALUE.dump_text(r.input) for r in new_runs]),
+            uuid_array("parents", [r.parent_run_id for r in new_runs]),
+            text_array("keys", [r.idempotency_key for r in new_runs]),
+            bindparam(
+                "scheduled",
+                [r.scheduled_at for r in new_runs],
+                type_=ARRAY(DateTime(timezone=True)),
+            ),
+        )
+        .table_valued(
+            column("id", Uuid()),
+            column("workflow_name", Text()),
+            column("workflow_version", Integer()),
+            column("input", Text()),
+            column("parent_run_id", Uuid()),
+            column("idempotency_key", Text()),
+            column("scheduled_at", DateTime(timezone=True)),
+        )
+        .render_derived(name="given")
+    )
+    inserted = (
+        insert(Runs.table)
+        .from_select(
+            [
+                "id",
+                "workflow_name",
+                "workflow_version",
+                "status",
+                "input",
+                "parent_run_id",
+                "idempotency_key",
+                "scheduled_at",
+            ],
+            select(
+                given.c.id,
+                given.c.workflow_name,
+                given.c.workflow_version,
+                literal(RunStatus.RUNNING.value, Text()),
+                cast(given.c.input, JSONB),
+                given.c.parent_run_id,
+                given.c.idempotency_key,
+                given.c.scheduled_at,
+            ),
+        )
+        .returning(Runs.id, Runs.scheduled_at)
+        .cte("started")
+    )
+    history = insert(RunEvents.table).from_select(
+        ["run_id", "seq", "type"],
+        select(inserted.c.id, literal(1, BigInteger()), literal("run_started", Text())),
+    )
+    queued = insert(DecideQueue.table).from_select(
+        ["run_id", "reason", "available_at"],
+        select(
+            inserted.c.id,
+            literal(reason, Text()),
+            func.coalesce(inserted.c.scheduled_at, func.now()),
+        ).order_by(inserted.c.id),
+    )
     await conn.execute(
-        insert(Runs.table),
-        [
-            {
-                "id": run.run_id,
-                "workflow_name": run.workflow_name,
-                "workflow_version": run.workflow_version,
-                "status": RunStatus.RUNNING,
-                "input": run.input,
-                "parent_run_id": run.parent_run_id,
-                "idempotency_key": run.idempotency_key,
-                "scheduled_at": run.scheduled_at,
-            }
-            for run in new_runs
-        ],
+        select(func.pg_notify(literal(channel, Text()), literal("", Text()))).add_cte(
+            history.cte("history"), queued.cte("queued")
+        )
     )
 
 
