@@ -4,6 +4,10 @@ An ``IN (...)`` list or a multi-row ``VALUES`` renders differently for every bat
 size, which defeats both SQLAlchemy's compiled cache and asyncpg's prepared
 statements (every new size is parsed and planned again). ``= ANY(:array)`` and
 ``unnest(:a, :b, ...)`` keep the SQL text constant.
+
+The hottest statements are also built once (``functools.cache``) with parameters
+bound by name at execution, so neither the Core construct nor its cache key is
+rebuilt per call.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import BindParameter, Text, Uuid, any_, bindparam
+from sqlalchemy import BindParameter, DateTime, Integer, Text, Uuid, any_, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -29,6 +33,16 @@ def text_array(name: str, values: Iterable[str | None] | None = None) -> BindPar
     if values is None:
         return bindparam(name, type_=ARRAY(Text()))
     return bindparam(name, list(values), type_=ARRAY(Text()))
+
+
+def int_array(name: str) -> BindParameter[Any]:
+    """An ``integer[]`` parameter, bound by name at execution."""
+    return bindparam(name, type_=ARRAY(Integer()))
+
+
+def time_array(name: str) -> BindParameter[Any]:
+    """A ``timestamptz[]`` parameter, bound by name at execution."""
+    return bindparam(name, type_=ARRAY(DateTime(timezone=True)))
 
 
 def in_array(column: ColumnElement[Any], array: BindParameter[Any]) -> ColumnElement[bool]:

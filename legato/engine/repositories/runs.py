@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
+from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import (
@@ -29,11 +31,17 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import TaskError
-from legato.engine.repositories.params import in_array, text_array, uuid_array
+from legato.engine.repositories.params import (
+    in_array,
+    int_array,
+    text_array,
+    time_array,
+    uuid_array,
+)
 from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
 from legato.schema.types import JSON_VALUE
 
@@ -123,32 +131,17 @@ class NewRun:
     scheduled_at: datetime | None = None
 
 
-async def start_runs(
-    conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str, channel: str
-) -> None:
-    """Start runs in ONE statement (Client.start / start_many, and the decider for child
-    runs): insert the RUNNING runs, their first history event and their decide_queue
-    rows (available at ``scheduled_at`` or now), and NOTIFY ``channel``.
-
-    A single statement is atomic on its own, so a start outside a transaction is one
-    round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
-    any number of runs. Primary keys of ``runs``, ``run_events`` and ``decide_queue``.
-    """
-    if not new_runs:
-        return
+@cache
+def _start_statement() -> Select[str]:
     given = (
         func.unnest(
-            uuid_array("ids", [r.run_id for r in new_runs]),
-            text_array("names", [r.workflow_name for r in new_runs]),
-            bindparam("versions", [r.workflow_version for r in new_runs], type_=ARRAY(Integer())),
-            text_array("inputs", [JSON_VALUE.dump_text(r.input) for r in new_runs]),
-            uuid_array("parents", [r.parent_run_id for r in new_runs]),
-            text_array("keys", [r.idempotency_key for r in new_runs]),
-            bindparam(
-                "scheduled",
-                [r.scheduled_at for r in new_runs],
-                type_=ARRAY(DateTime(timezone=True)),
-            ),
+            uuid_array("ids"),
+            text_array("names"),
+            int_array("versions"),
+            text_array("inputs"),
+            uuid_array("parents"),
+            text_array("keys"),
+            time_array("scheduled"),
         )
         .table_valued(
             column("id", Uuid()),
@@ -196,14 +189,58 @@ async def start_runs(
         ["run_id", "reason", "available_at"],
         select(
             inserted.c.id,
-            literal(reason, Text()),
+            bindparam("reason", type_=Text()),
             func.coalesce(inserted.c.scheduled_at, func.now()),
         ).order_by(inserted.c.id),
     )
+    return select(func.pg_notify(bindparam("channel", type_=Text()), literal("", Text()))).add_cte(
+        history.cte("history"), queued.cte("queued")
+    )
+
+
+async def start_runs(
+    conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str, channel: str
+) -> None:
+    """Start runs in ONE statement (Client.start / start_many, and the decider for child
+    runs): insert the RUNNING runs, their first history event and their decide_queue
+    rows (available at ``scheduled_at`` or now), and NOTIFY ``channel``.
+
+    A single statement is atomic on its own, so a start outside a transaction is one
+    round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
+    any number of runs, built once. Primary keys of ``runs``, ``run_events`` and
+    ``decide_queue``.
+    """
+    if not new_runs:
+        return
     await conn.execute(
-        select(func.pg_notify(literal(channel, Text()), literal("", Text()))).add_cte(
-            history.cte("history"), queued.cte("queued")
-        )
+        _start_statement(),
+        {
+            "ids": [r.run_id for r in new_runs],
+            "names": [r.workflow_name for r in new_runs],
+            "versions": [r.workflow_version for r in new_runs],
+            "inputs": [JSON_VALUE.dump_text(r.input) for r in new_runs],
+            "parents": [r.parent_run_id for r in new_runs],
+            "keys": [r.idempotency_key for r in new_runs],
+            "scheduled": [r.scheduled_at for r in new_runs],
+            "reason": reason,
+            "channel": channel,
+        },
+    )
+
+
+@cache
+def _lock_statement() -> Select[Any]:
+    last_seq = (
+        select(func.coalesce(func.max(RunEvents.seq), 0))
+        .where(RunEvents.run_id == Runs.id)
+        .scalar_subquery()
+    )
+    return (
+        _select()
+        .add_columns(last_seq)
+        .where(in_array(Runs.id, uuid_array("run_ids")))
+        .order_by(Runs.id)
+        .with_for_update(of=Runs.table)
     )
 
 
@@ -214,19 +251,8 @@ async def lock_many(
     last history seq (decider loop). Every state transition of a run happens under this
     lock. Primary keys of the runs' partitions; the seq from ``run_events``' primary key.
     """
-    last_seq = (
-        select(func.coalesce(func.max(RunEvents.seq), 0))
-        .where(RunEvents.run_id == Runs.id)
-        .scalar_subquery()
-    )
-    result = await conn.execute(
-        _select()
-        .add_columns(last_seq)
-        .where(in_array(Runs.id, uuid_array("run_ids", run_ids)))
-        .order_by(Runs.id)
-        .with_for_update(of=Runs.table)
-    )
-    return [(_row(row[:11]), int(row[11])) for row in result]  # type: ignore[arg-type]
+    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids)})
+    return [(_row(row[:11]), int(row[11])) for row in result]
 
 
 async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
