@@ -50,7 +50,7 @@ def error_of(exc: BaseException, retryable: bool) -> TaskError:
 @dataclass
 class _InFlight:
     claimed: task_queue.Claimed
-    definition: TaskDefinition | None
+    definition: TaskDefinition
     task: asyncio.Task[None] | None = None
     last_heartbeat: float = field(default_factory=time.monotonic)
     lost: bool = False  # the attempt was cancelled or timed out: do not report
@@ -84,6 +84,7 @@ class Worker(Loop):
         self.engine = engine
         self.app = app
         self.queues = queues
+        self.task_names = sorted(app.tasks)
         self.concurrency = concurrency
         self.lease = lease
         self.flush_interval = flush_interval
@@ -108,9 +109,11 @@ class Worker(Loop):
         if free <= 0:
             return False
         async with self.engine.begin() as conn:
-            claimed = await task_queue.claim(conn, self.queues, self.worker_id, free, self.lease)
+            claimed = await task_queue.claim(
+                conn, self.queues, self.task_names, self.worker_id, free, self.lease
+            )
         for item in claimed:
-            flight = _InFlight(claimed=item, definition=self.app.tasks.get(item.task_name))
+            flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
             self._inflight[item.task_id] = flight
             flight.task = asyncio.create_task(self._execute(flight))
         self._saturated = len(claimed) >= free
@@ -140,18 +143,11 @@ class Worker(Loop):
         error: TaskError | None = None
         timed_out = False
         # The worker enforces start_to_close itself; the decider's timer is the backstop.
-        limit = definition.start_to_close if definition is not None else None
+        limit = definition.start_to_close
         deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
         try:
-            if definition is None:
-                error = TaskError(
-                    type="UnknownTask",
-                    message=f"no task named {item.task_name!r} is registered in this worker's app",
-                    retryable=False,
-                )
-            else:
-                async with deadline:
-                    output = await definition.invoke(ctx, item.input)
+            async with deadline:
+                output = await definition.invoke(ctx, item.input)
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)
@@ -160,7 +156,6 @@ class Worker(Loop):
                 return  # released by on_stop so another worker takes it at once
             raise
         except TimeoutError as exc:
-            assert definition is not None
             if deadline.expired():
                 timed_out = True
                 error = TaskError(
@@ -169,7 +164,6 @@ class Worker(Loop):
             else:
                 error = error_of(exc, definition.is_retryable(exc))
         except Exception as exc:
-            assert definition is not None
             error = error_of(exc, definition.is_retryable(exc))
         if flight.lost:
             self._inflight.pop(item.task_id, None)
@@ -309,6 +303,6 @@ class Worker(Loop):
 
 def _heartbeat_overdue(flight: _InFlight, now: float) -> bool:
     definition = flight.definition
-    if definition is None or definition.heartbeat is None:
+    if definition.heartbeat is None:
         return False
     return now - flight.last_heartbeat > definition.heartbeat.total_seconds()

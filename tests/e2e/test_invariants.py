@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import (
+    App,
     Client,
     InvalidInput,
     InvalidRunId,
@@ -163,3 +164,32 @@ async def test_graceful_shutdown_releases_unfinished_attempts(
         assert (await client.get_run(handle.run_id)).tasks[0].attempt == 1
     finally:
         await again.stop()
+
+
+async def test_a_worker_leaves_tasks_its_code_does_not_have(
+    engine: AsyncEngine, client: Client
+) -> None:
+    """Rolling deploys: an old worker must not fail a task that only newer code has."""
+    old_code = App(workflows=[flows.sleepy])  # knows `record`, not `add_one`/`double`
+    decider = Runtime(engine, flows.app, roles=Roles(worker=False), poll_interval=0.1)
+    old_worker = Runtime(
+        engine, old_code, roles=Roles(decider=False, timer=False), poll_interval=0.1
+    )
+    await decider.start()
+    await old_worker.start()
+    try:
+        handle = await client.start(flows.chain, 1)
+        await asyncio.sleep(1.0)
+        details = await client.get_run(handle.run_id)
+        assert [t.state for t in details.tasks] == [TaskState.QUEUED]
+        new_worker = Runtime(
+            engine, flows.app, roles=Roles(decider=False, timer=False), poll_interval=0.1
+        )
+        await new_worker.start()
+        try:
+            assert await handle.result(timeout=20) == 5
+        finally:
+            await new_worker.stop()
+    finally:
+        await old_worker.stop()
+        await decider.stop()

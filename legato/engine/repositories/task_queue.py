@@ -11,9 +11,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
+from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy import Integer, Interval, Text, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
@@ -68,33 +70,28 @@ class Claimed:
     workflow_name: str
 
 
-async def claim(
-    conn: AsyncConnection, queues: Sequence[str], owner: str, limit: int, lease: timedelta
-) -> list[Claimed]:
-    """Lease up to ``limit`` available attempts of ``queues`` and mark them RUNNING, in one
-    statement (worker loop).
-
-    Highest priority first, then oldest; ``FOR UPDATE SKIP LOCKED`` so workers never
-    wait on each other. The task update is fenced on (attempt, QUEUED); a leased row
-    whose attempt is no longer queued is not returned, and the sweeper drops it when
-    its lease expires. Served by the partial index ``ix_task_queue_dequeue``, then the
-    primary keys of ``tasks`` and ``runs``.
-    """
+@cache
+def _claim_statement() -> Any:
     candidates = (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
-            in_array(TaskQueue.queue, text_array("queues", queues)),
+            in_array(TaskQueue.queue, text_array("queues")),
+            in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
             TaskQueue.available_at <= func.now(),
         )
         .order_by(TaskQueue.priority.desc(), TaskQueue.available_at)
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer()))
         .with_for_update(skip_locked=True)
     )
+    owner = bindparam("owner", type_=Text())
     leased = (
         update(TaskQueue.table)
         .where(tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates))
-        .values(lease_owner=owner, lease_expires_at=func.now() + lease)
+        .values(
+            lease_owner=owner,
+            lease_expires_at=func.now() + bindparam("lease", type_=Interval()),
+        )
         .returning(
             TaskQueue.queue,
             TaskQueue.task_id,
@@ -104,7 +101,7 @@ async def claim(
         )
         .cte("leased")
     )
-    result = await conn.execute(
+    return (
         update(Tasks.table)
         .where(
             Tasks.run_id == leased.c.run_id,
@@ -125,6 +122,37 @@ async def claim(
             Tasks.input,
             Runs.workflow_name,
         )
+    )
+
+
+async def claim(
+    conn: AsyncConnection,
+    queues: Sequence[str],
+    task_names: Sequence[str],
+    owner: str,
+    limit: int,
+    lease: timedelta,
+) -> list[Claimed]:
+    """Lease up to ``limit`` available attempts of ``queues`` whose task this worker knows
+    (``task_names``), and mark them RUNNING, in one statement (worker loop).
+
+    Highest priority first, then oldest; ``FOR UPDATE SKIP LOCKED`` so workers never
+    wait on each other; a worker never takes a task its code does not have (a rolling
+    deploy leaves it to the workers that do). The task update is fenced on (attempt,
+    QUEUED); a leased row whose attempt is no longer queued is not returned, and the
+    sweeper drops it when its lease expires. Served by the partial index
+    ``ix_task_queue_dequeue``, then the primary keys of ``tasks`` and ``runs``. Built
+    once.
+    """
+    result = await conn.execute(
+        _claim_statement(),
+        {
+            "queues": list(queues),
+            "task_names": list(task_names),
+            "owner": owner,
+            "limit": limit,
+            "lease": lease,
+        },
     )
     return [Claimed(**row._asdict()) for row in result]
 
