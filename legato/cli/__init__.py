@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _describe(error: BaseException) -> str:
     if isinstance(error, LegatoError):
-        return str(error)
+        return " ".join(str(error).split())  # pydantic's multi-line errors on one line
+    if isinstance(error, TimeoutError):  # an OSError, but not a connection problem
+        return f"timed out: {error}"
     if isinstance(error, OSError | ConnectionError):
         return f"cannot reach the database: {error}"
     from sqlalchemy.exc import DBAPIError
