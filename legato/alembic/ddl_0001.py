@@ -205,13 +205,18 @@ $$""")
 CREATE FUNCTION {s}.notify_run_event_v1() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_events_v1', NEW.run_id::text || ':' || NEW.seq::text);
+    -- One notification per run per statement (its newest seq), not one per event:
+    -- every notifying commit serialises on PostgreSQL's notify queue lock.
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_events_v1', run_id::text || ':' || max(seq)::text)
+       FROM appended
+      GROUP BY run_id;
     RETURN NULL;
 END;
 $$""")
     op.execute(
         f"CREATE TRIGGER run_events_notify_v1 AFTER INSERT ON {s}.run_events "
-        f"FOR EACH ROW EXECUTE FUNCTION {s}.notify_run_event_v1()"
+        "REFERENCING NEW TABLE AS appended "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_run_event_v1()"
     )
     op.execute(f"SELECT {s}.ensure_partitions_v1()")
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
+from typing import Any
 
-from sqlalchemy import DateTime, Text, delete, func, literal, literal_column, select
+from sqlalchemy import DateTime, Integer, Text, bindparam, delete, func, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -28,27 +30,30 @@ async def enqueue(
     two batching writers never deadlock. Served by the primary key.
     """
     ordered = sorted(set(run_ids))
-    if not ordered:
-        return
+    if ordered:
+        await conn.execute(
+            _enqueue_statement(),
+            {"run_ids": ordered, "reason": reason, "available_at": available_at},
+        )
+
+
+@cache
+def _enqueue_statement() -> Any:
     rows = select(
-        func.unnest(uuid_array("run_ids", ordered)).label("run_id"),
-        literal(reason, Text()).label("reason"),
-        func.coalesce(literal(available_at, DateTime(timezone=True)), func.now()).label(
+        func.unnest(uuid_array("run_ids")).label("run_id"),
+        bindparam("reason", type_=Text()).label("reason"),
+        func.coalesce(bindparam("available_at", type_=DateTime(timezone=True)), func.now()).label(
             "available_at"
         ),
     ).order_by(literal_column("run_id"))
     statement = insert(DecideQueue.table).from_select(["run_id", "reason", "available_at"], rows)
     excluded = statement.excluded
-    await conn.execute(
-        statement.on_conflict_do_update(
-            index_elements=[DecideQueue.run_id],
-            set_={
-                DecideQueue.reason: excluded.reason,
-                DecideQueue.available_at: func.least(
-                    DecideQueue.available_at, excluded.available_at
-                ),
-            },
-        )
+    return statement.on_conflict_do_update(
+        index_elements=[DecideQueue.run_id],
+        set_={
+            DecideQueue.reason: excluded.reason,
+            DecideQueue.available_at: func.least(DecideQueue.available_at, excluded.available_at),
+        },
     )
 
 
@@ -64,16 +69,28 @@ async def take(
     ``FOR UPDATE SKIP LOCKED``: deciders never wait on each other. Served by
     ``ix_decide_queue_available_at`` (or the primary key for ``run_ids``).
     """
-    due = select(DecideQueue.run_id).where(DecideQueue.available_at <= func.now())
+    params: dict[str, object] = {"limit": limit}
     if run_ids is not None:
-        due = due.where(in_array(DecideQueue.run_id, uuid_array("run_ids", run_ids)))
-    due = due.order_by(DecideQueue.available_at).limit(limit).with_for_update(skip_locked=True)
-    result = await conn.execute(
+        params["run_ids"] = list(run_ids)
+    result = await conn.execute(_take_statement(run_ids is not None), params)
+    return sorted(result.scalars())
+
+
+@cache
+def _take_statement(chosen: bool) -> Any:
+    due = select(DecideQueue.run_id).where(DecideQueue.available_at <= func.now())
+    if chosen:
+        due = due.where(in_array(DecideQueue.run_id, uuid_array("run_ids")))
+    due = (
+        due.order_by(DecideQueue.available_at)
+        .limit(bindparam("limit", type_=Integer()))
+        .with_for_update(skip_locked=True)
+    )
+    return (
         delete(DecideQueue.table)
         .where(DecideQueue.run_id.in_(due.scalar_subquery()))
         .returning(DecideQueue.run_id)
     )
-    return sorted(result.scalars())
 
 
 async def postpone(conn: AsyncConnection, run_id: uuid.UUID, until: datetime, reason: str) -> None:

@@ -11,13 +11,14 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
+from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import (
     Integer,
     Text,
     Uuid,
-    bindparam,
     cast,
     column,
     func,
@@ -26,11 +27,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
-from legato.engine.repositories.params import in_array, text_array, uuid_array
+from legato.engine.repositories.params import in_array, int_array, text_array, uuid_array
 from legato.schema import NodeKind, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.tables import ERROR_JSON
@@ -79,7 +80,17 @@ async def load_many(
 
     Served by ``ix_tasks_run_id_node_id_iteration_attempt`` in the runs' partitions.
     """
-    result = await conn.execute(
+    result = await conn.execute(_load_statement(), {"run_ids": list(run_ids)})
+    grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
+    for row in result:
+        fields = row._asdict()
+        grouped[fields.pop("run_id")].append(TaskRow(**fields))
+    return grouped
+
+
+@cache
+def _load_statement() -> Any:
+    return (
         select(
             Tasks.run_id,
             Tasks.id.label("task_id"),
@@ -97,14 +108,9 @@ async def load_many(
             Tasks.started_at,
             Tasks.finished_at,
         )
-        .where(in_array(Tasks.run_id, uuid_array("run_ids", run_ids)))
+        .where(in_array(Tasks.run_id, uuid_array("run_ids")))
         .order_by(Tasks.run_id, Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
     )
-    grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
-    for row in result:
-        fields = row._asdict()
-        grouped[fields.pop("run_id")].append(TaskRow(**fields))
-    return grouped
 
 
 async def insert_many(
@@ -171,52 +177,70 @@ async def transition_many(
 
     Callers: worker reports, timer loop, lease sweeper, decider (waits completed by a
     signal, cancellation, child completion). One UPDATE per distinct set of allowed
-    source states, joined to a VALUES list; primary keys of the runs' partitions.
+    source states, joined to ``unnest`` of array parameters (built once); primary keys
+    of the runs' partitions.
     """
     applied: dict[uuid.UUID, str | None] = {}
     by_source: dict[frozenset[TaskState], list[Transition]] = {}
     for move in moves:
         by_source.setdefault(frozenset(move.from_states), []).append(move)
     for sources, group in by_source.items():
-        moved = (
-            func.unnest(
-                uuid_array("run_ids", [m.run_id for m in group]),
-                uuid_array("task_ids", [m.task_id for m in group]),
-                bindparam("attempts", [m.attempt for m in group], type_=ARRAY(Integer())),
-                bindparam("states", [m.state.value for m in group], type_=ARRAY(Text())),
-                text_array("outputs", [JSON_VALUE.dump_text(m.output) for m in group]),
-                text_array("errors", [ERROR_JSON.dump_text(m.error) for m in group]),
-            )
-            .table_valued(
-                column("run_id", Uuid()),
-                column("task_id", Uuid()),
-                column("attempt", Integer()),
-                column("state", Text()),
-                column("output", Text()),
-                column("error", Text()),
-            )
-            .render_derived(name="moves")
-        )
         result = await conn.execute(
-            update(Tasks.table)
-            .where(
-                in_array(Tasks.run_id, uuid_array("fence_run_ids", {m.run_id for m in group})),
-                Tasks.run_id == moved.c.run_id,
-                Tasks.id == moved.c.task_id,
-                or_(moved.c.attempt.is_(None), Tasks.attempt == moved.c.attempt),
-                in_array(Tasks.state, text_array("sources", sorted(sources))),
-            )
-            .values(
-                state=moved.c.state,
-                output=cast(moved.c.output, JSONB),
-                error=cast(moved.c.error, JSONB),
-                finished_at=func.now(),
-                lease_owner=None,
-            )
-            .returning(Tasks.id, Tasks.queue)
+            _transition_statement(),
+            {
+                "run_ids": [m.run_id for m in group],
+                "task_ids": [m.task_id for m in group],
+                "attempts": [m.attempt for m in group],
+                "states": [m.state.value for m in group],
+                "outputs": [JSON_VALUE.dump_text(m.output) for m in group],
+                "errors": [ERROR_JSON.dump_text(m.error) for m in group],
+                "fence_run_ids": sorted({m.run_id for m in group}),
+                "sources": sorted(sources),
+            },
         )
         applied.update(dict(result.all()))
     return applied
+
+
+@cache
+def _transition_statement() -> Any:
+    moved = (
+        func.unnest(
+            uuid_array("run_ids"),
+            uuid_array("task_ids"),
+            int_array("attempts"),
+            text_array("states"),
+            text_array("outputs"),
+            text_array("errors"),
+        )
+        .table_valued(
+            column("run_id", Uuid()),
+            column("task_id", Uuid()),
+            column("attempt", Integer()),
+            column("state", Text()),
+            column("output", Text()),
+            column("error", Text()),
+        )
+        .render_derived(name="moves")
+    )
+    return (
+        update(Tasks.table)
+        .where(
+            in_array(Tasks.run_id, uuid_array("fence_run_ids")),
+            Tasks.run_id == moved.c.run_id,
+            Tasks.id == moved.c.task_id,
+            or_(moved.c.attempt.is_(None), Tasks.attempt == moved.c.attempt),
+            in_array(Tasks.state, text_array("sources")),
+        )
+        .values(
+            state=moved.c.state,
+            output=cast(moved.c.output, JSONB),
+            error=cast(moved.c.error, JSONB),
+            finished_at=func.now(),
+            lease_owner=None,
+        )
+        .returning(Tasks.id, Tasks.queue)
+    )
 
 
 async def mark_observed(
