@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
+
 from legato import Client, RunStatus, Runtime
 from tests.e2e.flows import Active, Confirmed, Signup, chain, signup
 
@@ -19,3 +22,28 @@ async def test_signup_waits_for_the_event(runtime: Runtime, client: Client) -> N
     handle = await client.start(signup, Signup(email="ada@example.com"))
     await client.signal(handle.run_id, "signup.confirmed", Confirmed(code="c0de"))
     assert await handle.result(timeout=20) == Active(user_id="ada", code="c0de")
+
+
+async def test_a_start_time_delays_the_first_decision(runtime: Runtime, client: Client) -> None:
+    began = datetime.now(UTC)
+    handle = await client.start(chain, 1, start_at=began + timedelta(seconds=1))
+    await asyncio.sleep(0.5)
+    assert (await client.get_run(handle.run_id)).tasks == []
+    assert await handle.result(timeout=20) == 5
+    first = min(t.created_at for t in (await client.get_run(handle.run_id)).tasks)
+    assert first >= began + timedelta(seconds=1)
+
+
+async def test_list_runs_filters_and_pages_newest_first(client: Client) -> None:
+    started = [(await client.start(chain, n)).run_id for n in range(5)]
+    await client.start(signup, Signup(email="x@y"))
+    first = await client.list_runs(workflow="chain", limit=2)
+    assert [r.id for r in first.runs] == started[::-1][:2]
+    assert first.next_before == started[3]
+    second = await client.list_runs(workflow="chain", limit=2, before=first.next_before)
+    assert [r.id for r in second.runs] == started[::-1][2:4]
+    last = await client.list_runs(workflow="chain", limit=2, before=second.next_before)
+    assert [r.id for r in last.runs] == [started[0]]
+    assert last.next_before is None
+    running = await client.list_runs(status=RunStatus.RUNNING, limit=100)
+    assert len(running.runs) == 6
