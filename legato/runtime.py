@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from legato.db import check_database
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops import Loop, Wakeups
@@ -97,7 +98,14 @@ class Runtime:
             return await deploy_workflows(conn, self.app.workflows.values())
 
     async def start(self) -> None:
-        """Deploy (decider role) and start every loop in the background."""
+        """Check the database, deploy (decider role) and start every loop in the background.
+
+        Raises ``IncompatibleDatabase`` on a server older than PostgreSQL 15 or a schema
+        not migrated to this package's head.
+        """
+        schema = str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
+        async with self.engine.connect() as conn:
+            await check_database(conn, schema)
         if self.roles.deploy and self.roles.decider:
             versions = await self.deploy()
             if versions:

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato import (
     App,
     Client,
+    IncompatibleDatabase,
     InvalidInput,
     InvalidRunId,
     PayloadTooLarge,
@@ -24,6 +25,7 @@ from legato import (
     Runtime,
     TaskState,
     UnknownWorkflow,
+    create_engine,
     uuid7,
 )
 from legato.engine.reports import Report, apply_reports
@@ -193,3 +195,12 @@ async def test_a_worker_leaves_tasks_its_code_does_not_have(
     finally:
         await old_worker.stop()
         await decider.stop()
+
+
+async def test_the_runtime_refuses_an_unmigrated_database(empty_database_url: str) -> None:
+    engine = create_engine(empty_database_url, "legato")
+    try:
+        with pytest.raises(IncompatibleDatabase, match="legato db upgrade"):
+            await Runtime(engine, flows.app).start()
+    finally:
+        await engine.dispose()
