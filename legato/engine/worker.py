@@ -108,9 +108,11 @@ class Worker(Loop):
         free = self.concurrency - len(self._inflight)
         if free <= 0:
             return False
-        async with self.engine.begin() as conn:
+        # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
+        async with self.engine.connect() as conn:
+            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
             claimed = await task_queue.claim(
-                conn, self.queues, self.task_names, self.worker_id, free, self.lease
+                autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
             )
         for item in claimed:
             flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
