@@ -6,8 +6,8 @@ import os
 import re
 from typing import Any
 
-from sqlalchemy import URL, inspect, make_url, select
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy import URL, make_url, select
+from sqlalchemy.exc import ArgumentError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from legato.errors import ConfigurationError, IncompatibleDatabase
@@ -81,20 +81,26 @@ async def server_version_num(conn: AsyncConnection) -> int:
     return int(result.scalar_one())
 
 
+# The migration head this package's code expects: a constant, so that checking a
+# database at connect needs no Alembic import (tests/migration keeps it equal to the
+# head of legato/alembic/versions).
+HEAD_REVISION = "0001"
+
+
 async def check_database(conn: AsyncConnection, schema: str) -> None:
     """Refuse a server older than 15 or a schema not at this package's migration head."""
-    from legato.migrations import head_revision
-
     version = await server_version_num(conn)
     if version < MIN_SERVER_VERSION_NUM:
         raise IncompatibleDatabase(
             f"PostgreSQL {version // 10000} is too old: Legato needs PostgreSQL 15 or newer "
             "(18 recommended)"
         )
-    head = head_revision()
-    applied: list[str] = []
-    if await conn.run_sync(lambda sync: inspect(sync).has_table(SchemaVersion.table.name, schema)):
+    head = HEAD_REVISION
+    try:
         applied = list((await conn.execute(select(SchemaVersion.version_num))).scalars().all())
+    except ProgrammingError:  # no version table: the schema was never migrated
+        await conn.rollback()
+        applied = []
     if applied != [head]:
         found = ", ".join(applied) if applied else "nothing"
         raise IncompatibleDatabase(

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, MetaData, inspect, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato import migrations
-from legato.db import create_engine
+from legato.db import HEAD_REVISION, create_engine
 from legato.schema import SchemaVersion, metadata, uuid7_bound
 
 PARTITION = re.compile(r"_p\d+$|^task_queue_h\d+$")
@@ -56,6 +56,8 @@ async def _functions(conn: AsyncConnection, schema: str) -> set[str]:
 def test_single_head() -> None:
     script = ScriptDirectory.from_config(migrations.alembic_config("legato"))
     assert script.get_heads() == [migrations.head_revision()]
+    # The constant the connect-time check compares against (no Alembic import there).
+    assert script.get_heads() == [HEAD_REVISION]
     # The branch label a host's Alembic depends on resolves to our head.
     assert script.get_revision(migrations.BRANCH_LABEL + "@head").revision == (
         migrations.head_revision()
