@@ -136,7 +136,9 @@ class Batch:
         born_observed = {task_id for _, task_id in self.observed if task_id in created}
         await tasks.insert_many(conn, self.creates, self.now, born_observed)
         await task_queue.enqueue(conn, self.enqueues)
-        await timers.arm(conn, self.timers, self.now)
+        await timers.arm(
+            conn, [timers.DueTimer.armed(run_id, t) for run_id, t in self.timers], self.now
+        )
         await signals.consume(conn, self.consumed)
         if self.resolves:
             # Queue rows before task rows: the order a worker's claim takes them in.

@@ -110,7 +110,7 @@ class TimerLoop(Loop):
                 elif real_due != timer.due_at:
                     due[due.index(timer)] = replace(timer, due_at=real_due)
             early = [t for t in due if t.due_at > now]
-            await timers.rearm(conn, early, now)
+            await timers.arm(conn, early, now)
             fired = [t for t in due if t.due_at <= now]
             reports = [report_for(t, _queue_of(timing.get(t.task_id))) for t in fired]
             await apply_reports(conn, reports, "timer fired")

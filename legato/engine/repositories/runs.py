@@ -61,7 +61,8 @@ class RunRow:
     finished_at: datetime | None
 
 
-def _select() -> Select[
+# The columns every read of a run selects, in order, as typed by the schema.
+_RunColumns = tuple[
     uuid.UUID,
     str,
     int,
@@ -73,7 +74,10 @@ def _select() -> Select[
     datetime,
     datetime,
     datetime,
-]:
+]
+
+
+def _select() -> Select[*_RunColumns]:
     return select(
         Runs.id,
         Runs.workflow_name,
@@ -89,21 +93,7 @@ def _select() -> Select[
     )
 
 
-def _row(
-    row: Row[
-        uuid.UUID,
-        str,
-        int,
-        RunStatus,
-        JsonValue,
-        JsonValue,
-        TaskError,
-        uuid.UUID | None,
-        datetime,
-        datetime,
-        datetime,
-    ],
-) -> RunRow:
+def _row(row: Row[*_RunColumns]) -> RunRow:
     run_id, name, version, status, input_, output, error, parent, cancel, created, finished = row
     return RunRow(
         id=run_id,

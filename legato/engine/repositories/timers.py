@@ -38,32 +38,24 @@ class DueTimer:
     kind: TimerKind
     due_at: datetime
 
-
-async def arm(
-    conn: AsyncConnection, timers: Sequence[tuple[uuid.UUID, ArmTimer]], now: datetime
-) -> None:
-    """Insert timers (decider loop). One multi-row INSERT for a batch of runs."""
-    if not timers:
-        return
-    await conn.execute(
-        insert(Timers.table),
-        [
-            {
-                "fire_at": capped_fire_at(timer.fire_at, now),
-                "id": timer.timer_id,
-                "run_id": run_id,
-                "task_id": timer.task_id,
-                "attempt": timer.attempt,
-                "kind": timer.kind,
-                "due_at": timer.fire_at,
-            }
-            for run_id, timer in timers
-        ],
-    )
+    @classmethod
+    def armed(cls, run_id: uuid.UUID, action: ArmTimer) -> DueTimer:
+        """The row an ``ArmTimer`` decision stores (its fire time capped when written)."""
+        return cls(
+            action.fire_at,
+            action.timer_id,
+            run_id,
+            action.task_id,
+            action.attempt,
+            action.kind,
+            action.fire_at,
+        )
 
 
-async def rearm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) -> None:
-    """Store again timers that fired at the horizon before they were due (timer loop)."""
+async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) -> None:
+    """Store timers, capped at the partitions' horizon: new ones (decider loop) and
+    those that fired at the horizon before they were due (timer loop). One multi-row
+    INSERT."""
     if not timers:
         return
     await conn.execute(
