@@ -230,7 +230,9 @@ def _lock_statement() -> Select[Any]:
         .add_columns(last_seq)
         .where(in_array(Runs.id, uuid_array("run_ids")))
         .order_by(Runs.id)
-        .with_for_update(of=Runs.table)
+        # NO KEY UPDATE: inserts of the run's tasks, signals and history (their foreign
+        # keys take KEY SHARE on this row) need not wait for the decision.
+        .with_for_update(of=Runs.table, key_share=True)
     )
 
 
