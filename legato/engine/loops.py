@@ -53,11 +53,9 @@ class Wakeups:
 
     async def _listen(self, channel: str) -> None:
         async with self._lock:
-            if channel in self._listening:
-                return
-            driver = await self._driver()
-            await driver.add_listener(channel, self._on_notify)
-            self._listening.add(channel)
+            if channel not in self._listening:
+                await (await self._driver()).add_listener(channel, self._on_notify)
+                self._listening.add(channel)
 
     async def _driver(self) -> Any:
         if self._conn is None:
@@ -73,17 +71,23 @@ class Wakeups:
             self._conn = None
             self._listening.clear()
 
-    async def healthy(self) -> bool:
-        """Re-open the listen connection if it died (called by the loops between polls)."""
-        if self._conn is None:
-            return False
-        driver = await self._driver()
-        if driver.is_closed():
-            self._conn = None
-            channels, self._listening = set(self._listening), set()
-            for channel in channels:
-                await self._listen(channel)
-        return True
+    async def reconnect_if_lost(self) -> None:
+        """Re-open the listen connection if it died (a database restart, a killed
+        backend) and listen again on every channel; called by the loops between polls,
+        so notifications resume instead of leaving the loops on polling alone."""
+        async with self._lock:
+            if not self._listening:
+                return
+            if self._conn is not None and not (await self._driver()).is_closed():
+                return
+            log.warning("the LISTEN connection was lost; reconnecting")
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._conn.invalidate()
+                self._conn = None
+            driver = await self._driver()
+            for channel in sorted(self._listening):
+                await driver.add_listener(channel, self._on_notify)
 
 
 class Loop:
@@ -133,10 +137,19 @@ class Loop:
                     continue
                 if not busy:
                     await self._sleep(self.poll_interval)
+                    await self._keep_listening()
         finally:
             await self.on_stop()
             if self._wakeups is not None and self._channel is not None and self._wake is not None:
                 await self._wakeups.unsubscribe(self._channel, self._wake)
+
+    async def _keep_listening(self) -> None:
+        if self._wakeups is None:
+            return
+        try:
+            await self._wakeups.reconnect_if_lost()
+        except Exception:
+            log.warning("%s: cannot re-open the LISTEN connection yet; polling", self.name)
 
     async def on_stop(self) -> None:
         """Release what the loop holds (overridden by the worker)."""
