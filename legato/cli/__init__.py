@@ -12,9 +12,11 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from legato.errors import LegatoError
+
+N = TypeVar("N", int, float)
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -48,9 +50,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def number_at_least(parse: Callable[[str], N], minimum: N, what: str) -> Callable[[str], N]:
+    """An argparse ``type=`` that accepts numbers ``>= minimum`` and names ``what``."""
+
+    def convert(value: str) -> N:
+        try:
+            number = parse(value)
+        except ValueError:
+            number = None
+        if number is None or number < minimum:
+            raise argparse.ArgumentTypeError(f"not {what}: {value!r}")
+        return number
+
+    return convert
+
+
+def _one_line(message: str) -> str:
+    """A multi-line message (pydantic's validation errors) folded onto one line."""
+    lines = [line.strip() for line in message.splitlines()]
+    kept = [line for line in lines if line and not line.startswith("For further information")]
+    return "; ".join(kept)
+
+
 def _describe(error: BaseException) -> str:
     if isinstance(error, LegatoError):
-        return " ".join(str(error).split())  # pydantic's multi-line errors on one line
+        return _one_line(str(error))
     if isinstance(error, TimeoutError):  # an OSError, but not a connection problem
         return f"timed out: {error}"
     if isinstance(error, OSError | ConnectionError):

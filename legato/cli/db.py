@@ -15,7 +15,7 @@ from alembic.util import CommandError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
-from legato.cli import add_connection_options
+from legato.cli import add_connection_options, number_at_least
 from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.repositories import partitions
 from legato.errors import ConfigurationError, DatabaseUnavailable
@@ -85,14 +85,7 @@ async def _ensure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"not a number of months (0 or more): {value!r}")
-    return count
+_count = number_at_least(int, 0, "a number of months (0 or more)")
 
 
 def _date(value: str) -> datetime:

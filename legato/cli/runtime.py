@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from legato import migrations
-from legato.cli import Handler, add_connection_options, render
+from legato.cli import add_connection_options, number_at_least, render
 from legato.client import Client
 from legato.db import check_database, create_engine, resolve_schema, resolve_url
 from legato.engine.loops import Wakeups
@@ -119,45 +119,8 @@ def configure_logging(level: str) -> None:
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def one_line(message: str) -> str:
-    """A multi-line message (pydantic's validation errors) folded onto one line."""
-    lines = [line.strip() for line in message.splitlines()]
-    kept = [line for line in lines if line and not line.startswith("For further information")]
-    return "; ".join(kept)
-
-
-def _one_line_errors(handler: Handler) -> Handler:
-    """Errors raised on purpose keep their type but lose their line breaks."""
-
-    async def run(args: argparse.Namespace) -> int:
-        try:
-            return await handler(args)
-        except LegatoError as error:
-            if "\n" not in str(error):
-                raise
-            raise type(error)(one_line(str(error))) from None
-
-    return run
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"not a positive whole number: {value!r}")
-    return number
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}")
-    return number
+_positive = number_at_least(int, 1, "a positive whole number")
+_seconds = number_at_least(float, 0.0, "a number of seconds")
 
 
 def _status(value: str) -> RunStatus:
@@ -460,7 +423,7 @@ def _command(
         type=str.upper,
         help=f"log verbosity (default: {log_level})",
     )
-    parser.set_defaults(handler=_one_line_errors(handler))
+    parser.set_defaults(handler=handler)
     return parser
 
 
