@@ -56,6 +56,7 @@ class Runtime:
         queues: tuple[str, ...] | None = None,
         concurrency: int = 16,
         deciders: int = 1,
+        decide_batch_size: int = 200,
         lease: timedelta = timedelta(seconds=30),
         poll_interval: float = 1.0,
         grace_period: float = 30.0,
@@ -69,7 +70,12 @@ class Runtime:
         self.decider_loops: list[DeciderLoop] = []
         if roles.decider:
             self.decider_loops = [
-                DeciderLoop(engine, wakeups=self.wakeups, poll_interval=poll_interval)
+                DeciderLoop(
+                    engine,
+                    wakeups=self.wakeups,
+                    batch_size=decide_batch_size,
+                    poll_interval=poll_interval,
+                )
                 for _ in range(deciders)
             ]
             self.loops += self.decider_loops

@@ -256,7 +256,7 @@ class DeciderLoop(Loop):
         engine: AsyncEngine,
         *,
         wakeups: Wakeups | None = None,
-        batch_size: int = 50,
+        batch_size: int = 200,
         poll_interval: float = 1.0,
         retry_delay: timedelta = timedelta(seconds=2),
     ) -> None:
