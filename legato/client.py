@@ -318,11 +318,19 @@ class Client:
             await notify.send(conn, notify.decide_channel(self.schema))
 
     async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:
-        """Signal every run currently waiting for event ``name``; returns their ids."""
+        """Signal every run currently waiting for event ``name``; returns their ids.
+
+        A run that already has an unconsumed ``name`` signal (an earlier emit its
+        decider has not taken yet) is skipped, so emitting twice in a row does not
+        satisfy a later wait for the same event.
+        """
         async with self.engine.begin() as conn:
-            waiting = await tasks.open_waits(conn, name)
+            waiting = sorted(await tasks.open_waits(conn, name))
+            buffered = await signals.pending_many(conn, waiting)
             delivered: list[uuid.UUID] = []
-            for run_id in sorted(waiting):
+            for run_id in waiting:
+                if any(signal.name == name for signal in buffered[run_id]):
+                    continue
                 run = await runs.get(conn, run_id)
                 if run is None or run.status is not RunStatus.RUNNING:
                     continue

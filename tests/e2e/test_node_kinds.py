@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFailed, RunStatus, Runtime, TaskState
 from tests.e2e import flows
@@ -157,3 +158,21 @@ async def test_start_to_close_times_out_the_attempt_and_retries(
     (first,) = [t for t in details.tasks if t.attempt == 1]
     assert first.error is not None
     assert first.error.type == "Timeout"
+
+
+async def test_emitting_twice_before_the_decider_runs_delivers_once(
+    engine: AsyncEngine, client: Client
+) -> None:
+    runtime = Runtime(engine, flows.app, poll_interval=0.1)
+    await runtime.start()
+    handle = await client.start(flows.signup, flows.Signup(email="c@x"))
+    await _until(functools.partial(_waiting_for_event, client, handle.run_id))
+    await runtime.stop()  # no decider: the signal stays buffered
+    assert await client.emit("signup.confirmed", flows.Confirmed(code="one")) == [handle.run_id]
+    assert await client.emit("signup.confirmed", flows.Confirmed(code="two")) == []
+    runtime = Runtime(engine, flows.app, poll_interval=0.1)
+    await runtime.start()
+    try:
+        assert (await handle.result(timeout=20)).code == "one"
+    finally:
+        await runtime.stop()
