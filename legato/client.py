@@ -310,12 +310,14 @@ class Client:
 
     async def signal(self, run_id: uuid.UUID, name: str, payload: Any = None) -> None:
         """Send a signal to a running run; buffered until a wait for ``name`` takes it."""
-        async with self.engine.begin() as conn:
+        async with self.engine.connect() as conn:
             run = await self._running(conn, run_id, f"signal {name!r}")
-            data = self._signal_payload(run.workflow_name, name, payload)
-            await decide_queue.enqueue(conn, [run_id], f"signal {name}"[:200])
-            await signals.add(conn, run_id, uuid7(), name, data)
-            await notify.send(conn, notify.decide_channel(self.schema))
+        data = self._signal_payload(run.workflow_name, name, payload)
+        async with self.engine.connect() as conn:
+            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            channel = notify.decide_channel(self.schema)
+            if not await signals.send(autocommit, run_id, uuid7(), name, data, channel):
+                raise RunFinished(f"cannot signal {name!r}: run {run_id} has just finished")
 
     async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:
         """Signal every run currently waiting for event ``name``; returns their ids.

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from functools import cache
+from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import Text, Uuid, bindparam, cast, func, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import BufferedSignal, ConsumeSignal
 from legato.engine.repositories.params import in_array, uuid_array
-from legato.schema import Signals
+from legato.schema import DecideQueue, Runs, RunStatus, Signals
+from legato.schema.types import JSON_VALUE
 
 
 async def add(
@@ -21,6 +26,72 @@ async def add(
     await conn.execute(
         insert(Signals.table).values(run_id=run_id, id=signal_id, name=name, payload=payload)
     )
+
+
+@cache
+def _send_statement() -> Any:
+    target = (
+        select(Runs.id)
+        .where(Runs.id == bindparam("run_id", type_=Uuid()), Runs.status == RunStatus.RUNNING)
+        .cte("target")
+    )
+    queued = pg_insert(DecideQueue.table).from_select(
+        ["run_id", "reason"], select(target.c.id, bindparam("reason", type_=Text()))
+    )
+    queued = queued.on_conflict_do_update(
+        index_elements=[DecideQueue.run_id],
+        set_={
+            DecideQueue.reason: queued.excluded.reason,
+            DecideQueue.available_at: func.least(DecideQueue.available_at, func.now()),
+        },
+    )
+    added = (
+        insert(Signals.table)
+        .from_select(
+            ["run_id", "id", "name", "payload"],
+            select(
+                target.c.id,
+                bindparam("signal_id", type_=Uuid()),
+                bindparam("name", type_=Text()),
+                cast(bindparam("payload", type_=Text()), JSONB),
+            ),
+        )
+        .returning(Signals.run_id)
+        .cte("added")
+    )
+    return (
+        select(func.pg_notify(bindparam("channel", type_=Text()), literal("", Text())))
+        .select_from(added)
+        .add_cte(queued.cte("queued"))
+    )
+
+
+async def send(
+    conn: AsyncConnection,
+    run_id: uuid.UUID,
+    signal_id: uuid.UUID,
+    name: str,
+    payload: JsonValue,
+    channel: str,
+) -> bool:
+    """Buffer a signal for a RUNNING run, ask for its decision and NOTIFY ``channel``, in
+    ONE statement (Client.signal); returns False, writing nothing, when the run is not
+    running. Atomic on its own, so outside a transaction it is one round trip. Lock
+    order holds: the decide row is the only lock it can wait on (the foreign-key check
+    of the signal takes KEY SHARE, which a decider's NO KEY UPDATE lets through).
+    Primary keys; built once."""
+    result = await conn.execute(
+        _send_statement(),
+        {
+            "run_id": run_id,
+            "signal_id": signal_id,
+            "name": name,
+            "payload": JSON_VALUE.dump_text(payload),
+            "reason": f"signal {name}"[:200],
+            "channel": channel,
+        },
+    )
+    return result.first() is not None
 
 
 async def pending_many(
