@@ -337,11 +337,9 @@ class Client:
                 if run is None or run.status is not RunStatus.RUNNING:
                     continue
                 data = self._signal_payload(run.workflow_name, name, payload)
-                delivered.append(run_id)
-                await decide_queue.enqueue(conn, [run_id], f"event {name}"[:200])
-                await signals.add(conn, run_id, uuid7(), name, data)
-            if delivered:
-                await notify.send(conn, notify.decide_channel(self.schema))
+                channel = notify.decide_channel(self.schema)
+                if await signals.send(conn, run_id, uuid7(), name, data, channel):
+                    delivered.append(run_id)
         return delivered
 
     def _signal_payload(self, workflow_name: str, name: str, payload: Any) -> JsonValue:

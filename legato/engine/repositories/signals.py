@@ -19,15 +19,6 @@ from legato.schema import DecideQueue, Runs, RunStatus, Signals
 from legato.schema.types import JSON_VALUE
 
 
-async def add(
-    conn: AsyncConnection, run_id: uuid.UUID, signal_id: uuid.UUID, name: str, payload: JsonValue
-) -> None:
-    """Buffer a signal (Client.signal, Client.emit). Primary key, one partition."""
-    await conn.execute(
-        insert(Signals.table).values(run_id=run_id, id=signal_id, name=name, payload=payload)
-    )
-
-
 @cache
 def _send_statement() -> Any:
     target = (
@@ -75,7 +66,7 @@ async def send(
     channel: str,
 ) -> bool:
     """Buffer a signal for a RUNNING run, ask for its decision and NOTIFY ``channel``, in
-    ONE statement (Client.signal); returns False, writing nothing, when the run is not
+    ONE statement (Client.signal, Client.emit); returns False, writing nothing, when the run is not
     running. Atomic on its own, so outside a transaction it is one round trip. Lock
     order holds: the decide row is the only lock it can wait on (the foreign-key check
     of the signal takes KEY SHARE, which a decider's NO KEY UPDATE lets through).
