@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -145,6 +146,8 @@ class Server:
 
     async def stop(self) -> None:
         if self.local is not None:
+            for line in self.local.crash_reports():
+                print(f"PostgreSQL crash during the bench: {line}", file=sys.stderr)
             self.local.stop()
             return
         for target in self._made:

@@ -22,6 +22,7 @@ from pathlib import Path
 from legato.errors import ConfigurationError
 
 _SERVICE_USER = "embedded_postgres"
+_CRASH_MARKS = ("terminated by signal", "PANIC:", "was terminated by exception")
 
 
 def embedded_bin_dir() -> Path:
@@ -128,6 +129,23 @@ class LocalPostgres:
             tail = log.read_text()[-2000:] if log.exists() else done.stderr
             raise ConfigurationError(f"PostgreSQL did not start: {tail.strip()}")
         return self
+
+    def crash_reports(self) -> list[str]:
+        """The server log's lines about a backend that crashed (and the query it ran).
+
+        PostgreSQL restarts every session after one backend dies abnormally; the
+        log is the only place that says which process and statement it was.
+        """
+        assert self.data_dir is not None
+        log = self.data_dir / "server.log"
+        if not log.exists():
+            return []
+        lines = log.read_text(errors="replace").splitlines()
+        reports: list[str] = []
+        for number, line in enumerate(lines):
+            if any(mark in line for mark in _CRASH_MARKS):
+                reports.extend(lines[number : number + 2])
+        return reports
 
     def stop(self) -> None:
         assert self.data_dir is not None

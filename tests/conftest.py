@@ -56,7 +56,19 @@ def pg_server_url() -> Iterator[str]:
     try:
         yield server.url()
     finally:
+        _SERVER_CRASHES.extend(server.crash_reports())
         server.stop()
+
+
+_SERVER_CRASHES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say so when the session's server had a backend crash: its log goes with it."""
+    if _SERVER_CRASHES:
+        terminalreporter.section("PostgreSQL server crash reports (from its log)")
+        for line in _SERVER_CRASHES:
+            terminalreporter.write_line(line)
 
 
 def _database_url(server_url: str, database: str) -> str:

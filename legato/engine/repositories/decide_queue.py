@@ -12,6 +12,7 @@ from sqlalchemy import DateTime, Integer, Text, bindparam, delete, func, literal
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import in_array, uuid_array
 from legato.schema import DecideQueue
 
@@ -81,14 +82,13 @@ def _take_statement(chosen: bool) -> Any:
     due = select(DecideQueue.run_id).where(DecideQueue.available_at <= func.now())
     if chosen:
         due = due.where(in_array(DecideQueue.run_id, uuid_array("run_ids")))
-    due = (
-        due.order_by(DecideQueue.available_at)
-        .limit(bindparam("limit", type_=Integer()))
-        .with_for_update(skip_locked=True)
+    taken = locked(
+        due.order_by(DecideQueue.available_at).limit(bindparam("limit", type_=Integer())),
+        "taken",
     )
     return (
         delete(DecideQueue.table)
-        .where(DecideQueue.run_id.in_(due.scalar_subquery()))
+        .where(DecideQueue.run_id == taken.c.run_id)
         .returning(DecideQueue.run_id)
     )
 

@@ -15,12 +15,13 @@ from functools import cache
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import Integer, Interval, Text, bindparam, delete, func, select, tuple_, update
+from sqlalchemy import Integer, Interval, Text, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.decider.model import EnqueueTask
+from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import in_array, text_array, uuid_array
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
 
@@ -72,7 +73,7 @@ class Claimed:
 
 @cache
 def _claim_statement() -> Any:
-    candidates = (
+    candidates = locked(
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
             in_array(TaskQueue.queue, text_array("queues")),
@@ -81,13 +82,13 @@ def _claim_statement() -> Any:
             TaskQueue.available_at <= func.now(),
         )
         .order_by(TaskQueue.priority.desc(), TaskQueue.available_at)
-        .limit(bindparam("limit", type_=Integer()))
-        .with_for_update(skip_locked=True)
+        .limit(bindparam("limit", type_=Integer())),
+        "candidates",
     )
     owner = bindparam("owner", type_=Text())
     leased = (
         update(TaskQueue.table)
-        .where(tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates))
+        .where(TaskQueue.queue == candidates.c.queue, TaskQueue.task_id == candidates.c.task_id)
         .values(
             lease_owner=owner,
             lease_expires_at=func.now() + bindparam("lease", type_=Interval()),

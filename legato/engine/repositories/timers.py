@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, insert, select, tuple_
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import ArmTimer
+from legato.engine.repositories.claims import locked
 from legato.schema import TimerKind, Timers
 
 # The partition maintenance creates timer partitions a week ahead; stay inside them
@@ -82,16 +83,16 @@ async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
     transaction that acts on them, so a crash puts them back. Served by the partial
     index ``ix_timers_unclaimed`` (pruned to today's and earlier partitions).
     """
-    due = (
+    due = locked(
         select(Timers.fire_at, Timers.id)
         .where(Timers.claimed_at.is_(None), Timers.fire_at <= func.now())
         .order_by(Timers.fire_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+        .limit(limit),
+        "due",
     )
     result = await conn.execute(
         delete(Timers.table)
-        .where(tuple_(Timers.fire_at, Timers.id).in_(due))
+        .where(Timers.fire_at == due.c.fire_at, Timers.id == due.c.id)
         .returning(
             Timers.fire_at,
             Timers.id,
