@@ -316,7 +316,7 @@ class Client:
         async with self.engine.connect() as conn:
             autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
             channel = notify.decide_channel(self.schema)
-            if not await signals.send(autocommit, run_id, uuid7(), name, data, channel):
+            if not await signals.send(autocommit, run_id, name, data, channel):
                 raise RunFinished(f"cannot signal {name!r}: run {run_id} has just finished")
 
     async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:
@@ -338,7 +338,7 @@ class Client:
                     continue
                 data = self._signal_payload(run.workflow_name, name, payload)
                 channel = notify.decide_channel(self.schema)
-                if await signals.send(conn, run_id, uuid7(), name, data, channel):
+                if await signals.send(conn, run_id, name, data, channel):
                     delivered.append(run_id)
         return delivered
 

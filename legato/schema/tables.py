@@ -26,6 +26,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    FetchedValue,
     ForeignKeyConstraint,
     Identity,
     Index,
@@ -232,7 +233,8 @@ class SignalsColumns(TableColumns):
     """Columns of ``signals``."""
 
     run_id = uuid_col()
-    id = uuid_col()
+    # uuid7_v1(): uuidv7() on PostgreSQL 18 (set by the migration's DDL).
+    id = uuid_col(server_default=FetchedValue())
     name = text_col()
     payload = json_col()
     created_at = time_col(nullable=False, now_default=True)

@@ -130,6 +130,27 @@ async def test_a_client_supplied_uuid7_is_used(client: Client) -> None:
     assert (await client.get_run(run_id)).run.workflow_name == "chain"
 
 
+async def test_signal_ids_are_uuid7_made_by_the_server(client: Client, engine: AsyncEngine) -> None:
+    handle = await client.start(flows.signup, flows.Signup(email="a@example.com"))
+    for code in ("one", "two", "three"):
+        await client.signal(handle.run_id, "signup.confirmed", flows.Confirmed(code=code))
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(Signals.id, Signals.payload)
+                .where(Signals.run_id == handle.run_id)
+                .order_by(Signals.id)
+            )
+        ).all()
+        version = int((await conn.exec_driver_sql("SHOW server_version_num")).scalar_one())
+        definition = (
+            await conn.exec_driver_sql("SELECT pg_get_functiondef('legato.uuid7_v1'::regproc)")
+        ).scalar_one()
+    assert [payload for _, payload in rows] == [{"code": c} for c in ("one", "two", "three")]
+    assert all(signal_id.version == 7 for signal_id, _ in rows)
+    assert ("uuidv7()" in definition) == (version >= 180000)
+
+
 async def test_graceful_shutdown_releases_unfinished_attempts(
     engine: AsyncEngine, client: Client
 ) -> None:

@@ -83,7 +83,7 @@ async def test_upgrade_creates_every_table(empty_database_url: str, schema: str)
     assert state.up_to_date
     assert versions == [migrations.head_revision()]
     assert {name for name in relations if not PARTITION.search(name)} == TABLES
-    assert functions >= {"uuid7_bound_v1", "ensure_partitions_v1", "drop_partitions_v1"}
+    assert functions >= {"uuid7_bound_v1", "uuid7_v1", "ensure_partitions_v1", "drop_partitions_v1"}
     assert other == set(), "a custom schema must leave the default one alone"
 
 

@@ -39,10 +39,9 @@ def _send_statement() -> Any:
     added = (
         insert(Signals.table)
         .from_select(
-            ["run_id", "id", "name", "payload"],
+            ["run_id", "name", "payload"],
             select(
                 target.c.id,
-                bindparam("signal_id", type_=Uuid()),
                 bindparam("name", type_=Text()),
                 cast(bindparam("payload", type_=Text()), JSONB),
             ),
@@ -60,7 +59,6 @@ def _send_statement() -> Any:
 async def send(
     conn: AsyncConnection,
     run_id: uuid.UUID,
-    signal_id: uuid.UUID,
     name: str,
     payload: JsonValue,
     channel: str,
@@ -70,12 +68,12 @@ async def send(
     running. Atomic on its own, so outside a transaction it is one round trip. Lock
     order holds: the decide row is the only lock it can wait on (the foreign-key check
     of the signal takes KEY SHARE, which a decider's NO KEY UPDATE lets through).
-    Primary keys; built once."""
+    The signal's id is the column default, ``uuid7_v1()`` (``uuidv7()`` on PostgreSQL
+    18). Primary keys; built once."""
     result = await conn.execute(
         _send_statement(),
         {
             "run_id": run_id,
-            "signal_id": signal_id,
             "name": name,
             "payload": JSON_VALUE.dump_text(payload),
             "reason": f"signal {name}"[:200],
