@@ -259,7 +259,15 @@ async def scenario_wake(server: Server, opts: Options) -> list[Figure]:
     n = opts.size.wake
     target = await server.fresh("wake")
     engine = create_engine(target.url, target.schema)
-    fleet = Fleet(target.url, target.schema, workers=1, deciders=1, concurrency=opts.concurrency)
+    fleet = Fleet(
+        target.url,
+        target.schema,
+        workers=1,
+        deciders=1,
+        concurrency=opts.concurrency,
+        profile_dir=opts.profile_dir,
+        profile_label="wake-",
+    )
     spacing = 0.02
     try:
         async with Client(engine, app=app) as client:

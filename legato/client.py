@@ -14,9 +14,11 @@ exception naming the problem, and nothing is written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar, overload
@@ -58,6 +60,10 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+
+
+# How many runs' workflow names a Client remembers for signal().
+_REMEMBERED_RUNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,8 @@ class Client:
         self._owns_engine = owns_engine
         self._versions: dict[tuple[str, str], int] = {}
         self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
+        # A run's workflow never changes: signalling a run again needs no read.
+        self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
 
     @classmethod
     async def connect(
@@ -217,9 +225,8 @@ class Client:
         new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
-            async with self.engine.connect() as conn:
-                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await self._start(autocommit, [new])
+            async with self._autocommit() as conn:
+                await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
         async with self.engine.begin() as conn:
             if definition is not None:
@@ -297,12 +304,12 @@ class Client:
 
     async def _check_run_id(self, run_id: uuid.UUID) -> None:
         if self._bounds is None:
-            async with self.engine.connect() as conn:
+            async with self._autocommit() as conn:
                 self._bounds = await partitions.run_partition_bounds(conn)
         try:
             partitions.check_run_id(run_id, self._bounds)
         except InvalidRunId:
-            async with self.engine.connect() as conn:  # partitions may have been added
+            async with self._autocommit() as conn:  # partitions may have been added
                 self._bounds = await partitions.run_partition_bounds(conn)
             partitions.check_run_id(run_id, self._bounds)
 
@@ -310,14 +317,22 @@ class Client:
 
     async def signal(self, run_id: uuid.UUID, name: str, payload: Any = None) -> None:
         """Send a signal to a running run; buffered until a wait for ``name`` takes it."""
-        async with self.engine.connect() as conn:
-            run = await self._running(conn, run_id, f"signal {name!r}")
-        data = self._signal_payload(run.workflow_name, name, payload)
-        async with self.engine.connect() as conn:
-            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        async with self._autocommit() as conn:
+            workflow_name = self._workflow_of.get(run_id)
+            if workflow_name is None:
+                workflow_name = (
+                    await self._running(conn, run_id, f"signal {name!r}")
+                ).workflow_name
+            data = self._signal_payload(workflow_name, name, payload)
             channel = notify.decide_channel(self.schema)
-            if not await signals.send(autocommit, run_id, name, data, channel):
+            if not await signals.send(conn, run_id, name, data, channel):
+                self._workflow_of.pop(run_id, None)
+                await self._running(conn, run_id, f"signal {name!r}")  # says why
                 raise RunFinished(f"cannot signal {name!r}: run {run_id} has just finished")
+        self._workflow_of[run_id] = workflow_name
+        self._workflow_of.move_to_end(run_id)
+        if len(self._workflow_of) > _REMEMBERED_RUNS:
+            self._workflow_of.popitem(last=False)
 
     async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:
         """Signal every run currently waiting for event ``name``; returns their ids.
@@ -365,6 +380,13 @@ class Client:
                 raise RunFinished(f"run {run_id} has already finished; nothing to cancel")
             await notify.send(conn, notify.decide_channel(self.schema))
 
+    @contextlib.asynccontextmanager
+    async def _autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A connection whose statements each commit on their own: a read or a
+        one-statement write costs one round trip, not BEGIN + statement + COMMIT."""
+        async with self.engine.connect() as conn:
+            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
     async def _running(self, conn: AsyncConnection, run_id: uuid.UUID, what: str) -> RunRow:
         run = await runs.get(conn, run_id)
         if run is None:
@@ -386,7 +408,7 @@ class Client:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         delay = 0.01
         while True:
-            async with self.engine.connect() as conn:
+            async with self._autocommit() as conn:
                 run = await runs.get(conn, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
@@ -399,7 +421,7 @@ class Client:
 
     async def get_run(self, run_id: uuid.UUID) -> RunDetails:
         """A run with its attempts and history (``legato runs show``)."""
-        async with self.engine.connect() as conn:
+        async with self._autocommit() as conn:
             run = await runs.get(conn, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
@@ -411,7 +433,7 @@ class Client:
 
     async def history(self, run_id: uuid.UUID, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after ``after_seq``."""
-        async with self.engine.connect() as conn:
+        async with self._autocommit() as conn:
             return await run_events.history(conn, run_id, after_seq)
 
     async def list_runs(
@@ -425,7 +447,7 @@ class Client:
         """Runs newest first, filtered, keyset-paginated by run id."""
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
-        async with self.engine.connect() as conn:
+        async with self._autocommit() as conn:
             page = await runs.list_runs(
                 conn, workflow_name=workflow, status=status, before=before, limit=limit + 1
             )

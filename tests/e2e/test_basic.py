@@ -3,7 +3,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from legato import Client, RunStatus, Runtime
+import pytest
+
+from legato import Client, RunFinished, RunStatus, Runtime
 from tests.e2e.flows import Active, Confirmed, Signup, chain, signup
 
 
@@ -22,6 +24,9 @@ async def test_signup_waits_for_the_event(runtime: Runtime, client: Client) -> N
     handle = await client.start(signup, Signup(email="ada@example.com"))
     await client.signal(handle.run_id, "signup.confirmed", Confirmed(code="c0de"))
     assert await handle.result(timeout=20) == Active(user_id="ada", code="c0de")
+    # The client remembers the run's workflow, but not that the run is still running.
+    with pytest.raises(RunFinished, match="already SUCCEEDED"):
+        await client.signal(handle.run_id, "signup.confirmed", Confirmed(code="late"))
 
 
 async def test_a_start_time_delays_the_first_decision(runtime: Runtime, client: Client) -> None:
