@@ -11,8 +11,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import Integer, bindparam, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import ArmTimer
@@ -76,21 +78,16 @@ async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) 
     )
 
 
-async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
-    """Delete and return up to ``limit`` due timers (timer loop), oldest first.
-
-    ``FOR UPDATE SKIP LOCKED`` so timer loops share the work; deleted in the same
-    transaction that acts on them, so a crash puts them back. Served by the partial
-    index ``ix_timers_unclaimed`` (pruned to today's and earlier partitions).
-    """
+@cache
+def _take_due_statement() -> Any:
     due = locked(
         select(Timers.fire_at, Timers.id)
         .where(Timers.claimed_at.is_(None), Timers.fire_at <= func.now())
         .order_by(Timers.fire_at)
-        .limit(limit),
+        .limit(bindparam("limit", type_=Integer())),
         "due",
     )
-    result = await conn.execute(
+    return (
         delete(Timers.table)
         .where(Timers.fire_at == due.c.fire_at, Timers.id == due.c.id)
         .returning(
@@ -103,4 +100,15 @@ async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
             Timers.due_at,
         )
     )
+
+
+async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
+    """Delete and return up to ``limit`` due timers (timer loop), oldest first.
+
+    ``FOR UPDATE SKIP LOCKED`` so timer loops share the work; deleted in the same
+    transaction that acts on them, so a crash puts them back. Served by the partial
+    index ``ix_timers_unclaimed`` (pruned to today's and earlier partitions). Built
+    once.
+    """
+    result = await conn.execute(_take_due_statement(), {"limit": limit})
     return [DueTimer(*row) for row in result]

@@ -1,0 +1,44 @@
+"""The statements that take rows off a queue lock them in a MATERIALIZED CTE.
+
+The ``UPDATE ... WHERE (pk) IN (SELECT ... FOR UPDATE SKIP LOCKED)`` form crashes
+PostgreSQL 18.6 under concurrent updates (``bench/stress_claims.py --form textbook``
+reproduces it; see ``legato/engine/repositories/claims.py``), so a refactor that
+brings it back must fail here, not in production.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from bench.stress_claims import textbook_claim
+from legato.db import create_engine
+from legato.engine.repositories import decide_queue, task_queue, timers
+
+DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # never connects
+
+
+def locks_in_a_materialized_cte(statement: Any) -> bool:
+    sql = " ".join(str(statement.compile(dialect=DIALECT)).split())
+    materialized = re.search(r"WITH \w+ AS MATERIALIZED \(SELECT .* FOR UPDATE SKIP LOCKED\)", sql)
+    return bool(materialized) and "IN (SELECT" not in sql
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        task_queue._claim_statement(),
+        decide_queue._take_statement(False),
+        decide_queue._take_statement(True),
+        timers._take_due_statement(),
+    ],
+    ids=["worker claim", "decider take", "decider take chosen", "timer take"],
+)
+def test_locking_happens_in_a_materialized_cte(statement: Any) -> None:
+    assert locks_in_a_materialized_cte(statement)
+
+
+def test_the_crashing_form_is_told_apart() -> None:
+    assert not locks_in_a_materialized_cte(textbook_claim())
