@@ -18,12 +18,13 @@ import contextlib
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar, overload
 
 from pydantic import JsonValue
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.db import check_database, create_engine, resolve_schema
@@ -58,6 +59,7 @@ from legato.schema.types import strip_nul
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+R = TypeVar("R")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 
@@ -317,18 +319,18 @@ class Client:
 
     async def signal(self, run_id: uuid.UUID, name: str, payload: Any = None) -> None:
         """Send a signal to a running run; buffered until a wait for ``name`` takes it."""
+        what = f"signal {name!r}"
+        workflow_name = self._workflow_of.get(run_id)
+        if workflow_name is None:
+            run = await self._read(lambda conn: self._running(conn, run_id, what))
+            workflow_name = run.workflow_name
+        data = self._signal_payload(workflow_name, name, payload)
         async with self._autocommit() as conn:
-            workflow_name = self._workflow_of.get(run_id)
-            if workflow_name is None:
-                workflow_name = (
-                    await self._running(conn, run_id, f"signal {name!r}")
-                ).workflow_name
-            data = self._signal_payload(workflow_name, name, payload)
             channel = notify.decide_channel(self.schema)
             if not await signals.send(conn, run_id, name, data, channel):
                 self._workflow_of.pop(run_id, None)
-                await self._running(conn, run_id, f"signal {name!r}")  # says why
-                raise RunFinished(f"cannot signal {name!r}: run {run_id} has just finished")
+                await self._running(conn, run_id, what)  # says why
+                raise RunFinished(f"cannot {what}: run {run_id} has just finished")
         self._workflow_of[run_id] = workflow_name
         self._workflow_of.move_to_end(run_id)
         if len(self._workflow_of) > _REMEMBERED_RUNS:
@@ -387,6 +389,19 @@ class Client:
         async with self.engine.connect() as conn:
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
+    async def _read(self, read: Callable[[AsyncConnection], Awaitable[R]]) -> R:
+        """Run ``read`` on an autocommit connection. Reads are safe to repeat, so one
+        that meets a connection the server has closed (a database restart leaves the
+        pool's idle connections dead) is retried once on a fresh one."""
+        try:
+            async with self._autocommit() as conn:
+                return await read(conn)
+        except DBAPIError as error:
+            if not error.connection_invalidated:
+                raise
+        async with self._autocommit() as conn:
+            return await read(conn)
+
     async def _running(self, conn: AsyncConnection, run_id: uuid.UUID, what: str) -> RunRow:
         run = await runs.get(conn, run_id)
         if run is None:
@@ -408,8 +423,7 @@ class Client:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         delay = 0.01
         while True:
-            async with self._autocommit() as conn:
-                run = await runs.get(conn, run_id)
+            run = await self._read(lambda conn: runs.get(conn, run_id))
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
             if run.status is not RunStatus.RUNNING:
@@ -421,7 +435,8 @@ class Client:
 
     async def get_run(self, run_id: uuid.UUID) -> RunDetails:
         """A run with its attempts and history (``legato runs show``)."""
-        async with self._autocommit() as conn:
+
+        async def read(conn: AsyncConnection) -> RunDetails:
             run = await runs.get(conn, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
@@ -431,10 +446,11 @@ class Client:
                 history=await run_events.history(conn, run_id),
             )
 
+        return await self._read(read)
+
     async def history(self, run_id: uuid.UUID, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after ``after_seq``."""
-        async with self._autocommit() as conn:
-            return await run_events.history(conn, run_id, after_seq)
+        return await self._read(lambda conn: run_events.history(conn, run_id, after_seq))
 
     async def list_runs(
         self,
@@ -447,10 +463,11 @@ class Client:
         """Runs newest first, filtered, keyset-paginated by run id."""
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
-        async with self._autocommit() as conn:
-            page = await runs.list_runs(
+        page = await self._read(
+            lambda conn: runs.list_runs(
                 conn, workflow_name=workflow, status=status, before=before, limit=limit + 1
             )
+        )
         more = len(page) > limit
         page = page[:limit]
         return RunPage(runs=page, next_before=page[-1].id if more and page else None)

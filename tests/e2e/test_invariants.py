@@ -151,6 +151,25 @@ async def test_signal_ids_are_uuid7_made_by_the_server(client: Client, engine: A
     assert ("uuidv7()" in definition) == (version >= 180000)
 
 
+async def test_reads_survive_the_server_closing_pooled_connections(
+    client: Client, database_url: str
+) -> None:
+    handle = await client.start(flows.chain, 1)
+    await client.list_runs()  # leaves an idle connection in the client's pool
+    admin = create_engine(database_url, "legato")
+    try:
+        async with admin.connect() as conn:  # as a database restart would
+            killed = await conn.exec_driver_sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert killed.scalar_one() >= 1
+    finally:
+        await admin.dispose()
+    assert (await client.get_run(handle.run_id)).run.workflow_name == "chain"
+    assert [run.id for run in (await client.list_runs()).runs] == [handle.run_id]
+
+
 async def test_graceful_shutdown_releases_unfinished_attempts(
     engine: AsyncEngine, client: Client
 ) -> None:
