@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -132,9 +132,12 @@ class Batch:
 
     async def write(self, conn: AsyncConnection) -> None:
         """Apply every gathered write: one statement per table for the whole batch."""
+        # Rows this decision creates or resolves carry their observed flag in that same
+        # write; only rows finished by others (workers, timers) need the extra UPDATE.
+        observed = {task_id for _, task_id in self.observed}
         created = {create.task_id for _, create in self.creates}
-        born_observed = {task_id for _, task_id in self.observed if task_id in created}
-        await tasks.insert_many(conn, self.creates, self.now, born_observed)
+        resolved = {move.task_id for move in self.resolves}
+        await tasks.insert_many(conn, self.creates, self.now, observed & created)
         await task_queue.enqueue(conn, self.enqueues)
         await timers.arm(
             conn, [timers.DueTimer.armed(run_id, t) for run_id, t in self.timers], self.now
@@ -150,12 +153,14 @@ class Batch:
                     if (queue := self.queue_of.get(move.task_id))
                 ],
             )
-            applied = await tasks.transition_many(conn, self.resolves)
+            applied = await tasks.transition_many(
+                conn, [replace(move, observed=move.task_id in observed) for move in self.resolves]
+            )
             stale = [m.task_id for m in self.resolves if m.task_id not in applied]
             if stale:
                 raise DecisionAborted(f"tasks {stale} were no longer active")
         await tasks.mark_observed(
-            conn, [pair for pair in self.observed if pair[1] not in born_observed]
+            conn, [pair for pair in self.observed if pair[1] not in created | resolved]
         )
         for parent_id, child in self.children:
             await start_child(conn, parent_id, child)

@@ -24,6 +24,12 @@ async def test_signup_waits_for_the_event(runtime: Runtime, client: Client) -> N
     handle = await client.start(signup, Signup(email="ada@example.com"))
     await client.signal(handle.run_id, "signup.confirmed", Confirmed(code="c0de"))
     assert await handle.result(timeout=20) == Active(user_id="ada", code="c0de")
+    details = await client.get_run(handle.run_id)
+    recorded = [(e.type, e.node_id) for e in details.history]
+    assert recorded.count(("event_received", "signup.confirmed")) == 1, recorded
+    assert ("task_completed", "signup.confirmed") not in recorded, recorded  # seen as received
+    assert len(set(recorded)) == len(recorded), recorded  # nothing recorded twice
+    assert all(t.observed for t in details.tasks)
     # The client remembers the run's workflow, but not that the run is still running.
     with pytest.raises(RunFinished, match="already SUCCEEDED"):
         await client.signal(handle.run_id, "signup.confirmed", Confirmed(code="late"))

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import BindParameter, DateTime, Integer, Text, Uuid, any_, bindparam
+from sqlalchemy import BindParameter, Boolean, DateTime, Integer, Text, Uuid, any_, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -33,6 +33,11 @@ def text_array(name: str, values: Iterable[str | None] | None = None) -> BindPar
     if values is None:
         return bindparam(name, type_=ARRAY(Text()))
     return bindparam(name, list(values), type_=ARRAY(Text()))
+
+
+def bool_array(name: str) -> BindParameter[Any]:
+    """A ``boolean[]`` parameter, bound by name at execution."""
+    return bindparam(name, type_=ARRAY(Boolean()))
 
 
 def int_array(name: str) -> BindParameter[Any]:

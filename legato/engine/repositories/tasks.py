@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    Boolean,
     Integer,
     Text,
     Uuid,
@@ -31,7 +32,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
-from legato.engine.repositories.params import in_array, int_array, text_array, uuid_array
+from legato.engine.repositories.params import (
+    bool_array,
+    in_array,
+    int_array,
+    text_array,
+    uuid_array,
+)
 from legato.schema import NodeKind, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.tables import ERROR_JSON
@@ -167,6 +174,8 @@ class Transition:
     output: JsonValue = None
     error: TaskError | None = None
     from_states: Collection[TaskState] = ACTIVE_TASK_STATES
+    # The decider writes this move's history in the same decision (its own resolves).
+    observed: bool = False
 
 
 async def transition_many(
@@ -194,6 +203,7 @@ async def transition_many(
                 "states": [m.state.value for m in group],
                 "outputs": [JSON_VALUE.dump_text(m.output) for m in group],
                 "errors": [ERROR_JSON.dump_text(m.error) for m in group],
+                "observed": [m.observed for m in group],
                 "fence_run_ids": sorted({m.run_id for m in group}),
                 "sources": sorted(sources),
             },
@@ -212,6 +222,7 @@ def _transition_statement() -> Any:
             text_array("states"),
             text_array("outputs"),
             text_array("errors"),
+            bool_array("observed"),
         )
         .table_valued(
             column("run_id", Uuid()),
@@ -220,6 +231,7 @@ def _transition_statement() -> Any:
             column("state", Text()),
             column("output", Text()),
             column("error", Text()),
+            column("observed", Boolean()),
         )
         .render_derived(name="moves")
     )
@@ -238,6 +250,7 @@ def _transition_statement() -> Any:
             error=cast(moved.c.error, JSONB),
             finished_at=func.now(),
             lease_owner=None,
+            observed=moved.c.observed,
         )
         .returning(Tasks.id, Tasks.queue)
     )
