@@ -1,5 +1,6 @@
 """The decider loop: claim runs from decide_queue, decide each under its row lock,
-apply the pure decider's actions, NOTIFY the queues that got work.
+apply the pure decider's actions. Workers hear of new attempts from the NOTIFY of
+``task_queue``'s insert trigger; the decider announces cancelled attempts itself.
 
 Several runs are decided per transaction, each inside a savepoint, so one bad run
 (a bug, a deadlock with a parent/child decision) cannot sink the batch: its
@@ -85,10 +86,6 @@ class Batch:
     cancel_children: list[uuid.UUID] = field(default_factory=list)
     events: list[tuple[uuid.UUID, int, AppendEvent]] = field(default_factory=list)
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
-
-    @property
-    def queues(self) -> set[str]:
-        return {item.queue for _, item in self.enqueues}
 
     @property
     def cancels_attempts(self) -> bool:
@@ -285,7 +282,7 @@ class DeciderLoop(Loop):
                 if not claimed:
                     return False
                 batch = await decide_runs(conn, claimed, self.specs, now)
-                await self._announce(conn, batch.queues, batch.cancels_attempts)
+                await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
         except Exception:
             if not claimed:
@@ -298,7 +295,6 @@ class DeciderLoop(Loop):
 
     async def _one_by_one(self, run_ids: Sequence[uuid.UUID], now: datetime) -> None:
         async with self.engine.begin() as conn:
-            queues: set[str] = set()
             cancels = False
             for run_id in await decide_queue.take(conn, len(run_ids), run_ids):
                 try:
@@ -311,13 +307,10 @@ class DeciderLoop(Loop):
                     )
                     continue
                 self.decided += 1
-                queues |= batch.queues
                 cancels = cancels or batch.cancels_attempts
-            await self._announce(conn, queues, cancels)
+            await self._announce(conn, cancels)
 
-    async def _announce(self, conn: AsyncConnection, queues: set[str], cancels: bool) -> None:
-        """NOTIFY the workers of the queues that got work and of cancelled attempts."""
-        if queues:
-            await notify.send(conn, notify.tasks_channel(self.schema), queues)
+    async def _announce(self, conn: AsyncConnection, cancels: bool) -> None:
+        """NOTIFY the workers of cancelled attempts, so they stop them at once."""
         if cancels:
             await notify.send(conn, notify.cancel_channel(self.schema))
