@@ -15,36 +15,80 @@ from functools import cache
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import Integer, Interval, Text, bindparam, delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    DateTime,
+    Integer,
+    Interval,
+    Text,
+    Uuid,
+    bindparam,
+    column,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.decider.model import EnqueueTask
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import in_array, text_array, uuid_array
+from legato.engine.repositories.params import (
+    in_array,
+    int_array,
+    text_array,
+    time_array,
+    uuid_array,
+)
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
 
 
 async def enqueue(conn: AsyncConnection, items: Sequence[tuple[uuid.UUID, EnqueueTask]]) -> None:
-    """Make attempts claimable (decider loop). One multi-row INSERT for a batch of runs."""
+    """Make attempts claimable (decider loop): one INSERT over ``unnest`` of array
+    parameters for a batch of runs; its statement trigger NOTIFYs the workers once.
+    Built once."""
     if not items:
         return
     await conn.execute(
-        insert(TaskQueue.table),
-        [
-            {
-                "queue": item.queue,
-                "task_id": item.task_id,
-                "run_id": run_id,
-                "attempt": item.attempt,
-                "task_name": item.task_name,
-                "priority": item.priority,
-                "available_at": item.available_at,
-            }
-            for run_id, item in items
-        ],
+        _enqueue_statement(),
+        {
+            "queues": [item.queue for _, item in items],
+            "task_ids": [item.task_id for _, item in items],
+            "run_ids": [run_id for run_id, _ in items],
+            "attempts": [item.attempt for _, item in items],
+            "task_names": [item.task_name for _, item in items],
+            "priorities": [item.priority for _, item in items],
+            "available_ats": [item.available_at for _, item in items],
+        },
     )
+
+
+@cache
+def _enqueue_statement() -> Any:
+    given = (
+        func.unnest(
+            text_array("queues"),
+            uuid_array("task_ids"),
+            uuid_array("run_ids"),
+            int_array("attempts"),
+            text_array("task_names"),
+            int_array("priorities"),
+            time_array("available_ats"),
+        )
+        .table_valued(
+            column("queue", Text()),
+            column("task_id", Uuid()),
+            column("run_id", Uuid()),
+            column("attempt", Integer()),
+            column("task_name", Text()),
+            column("priority", Integer()),
+            column("available_at", DateTime(timezone=True)),
+        )
+        .render_derived(name="given")
+    )
+    names = ["queue", "task_id", "run_id", "attempt", "task_name", "priority", "available_at"]
+    return insert(TaskQueue.table).from_select(names, select(*(given.c[n] for n in names)))
 
 
 def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:

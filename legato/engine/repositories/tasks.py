@@ -17,9 +17,11 @@ from typing import Any
 from pydantic import JsonValue
 from sqlalchemy import (
     Boolean,
+    DateTime,
     Integer,
     Text,
     Uuid,
+    bindparam,
     cast,
     column,
     func,
@@ -37,6 +39,7 @@ from legato.engine.repositories.params import (
     in_array,
     int_array,
     text_array,
+    time_array,
     uuid_array,
 )
 from legato.schema import NodeKind, Tasks, TaskState
@@ -126,8 +129,9 @@ async def insert_many(
     now: datetime,
     observed: Collection[uuid.UUID] = (),
 ) -> None:
-    """Insert the attempts decisions created (decider loop): one multi-row INSERT for a
-    whole batch of runs.
+    """Insert the attempts decisions created (decider loop): one INSERT over ``unnest``
+    of array parameters for a whole batch of runs (one statement for the server, built
+    once).
 
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
@@ -135,31 +139,112 @@ async def insert_many(
     if not creates:
         return
     finished = {TaskState.COMPLETED, TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED}
+    rows = [create for _, create in creates]
     await conn.execute(
-        insert(Tasks.table),
+        _insert_statement(),
+        {
+            "run_ids": [run_id for run_id, _ in creates],
+            "ids": [c.task_id for c in rows],
+            "node_ids": [c.node_id for c in rows],
+            "iterations": [c.iteration for c in rows],
+            "attempts": [c.attempt for c in rows],
+            "kinds": [c.kind.value for c in rows],
+            "states": [c.state.value for c in rows],
+            "task_names": [c.task_name for c in rows],
+            "queues": [c.queue for c in rows],
+            "inputs": [JSON_VALUE.dump_text(c.input) for c in rows],
+            "outputs": [JSON_VALUE.dump_text(c.output) for c in rows],
+            "errors": [ERROR_JSON.dump_text(c.error) for c in rows],
+            "event_names": [c.event_name for c in rows],
+            "available_ats": [c.available_at for c in rows],
+            "finished_ats": [now if c.state in finished else None for c in rows],
+            # Rows born terminal are recorded by the decision that creates them.
+            "observed": [c.task_id in observed for c in rows],
+            "now": now,
+        },
+    )
+
+
+@cache
+def _insert_statement() -> Any:
+    given = (
+        func.unnest(
+            uuid_array("run_ids"),
+            uuid_array("ids"),
+            text_array("node_ids"),
+            int_array("iterations"),
+            int_array("attempts"),
+            text_array("kinds"),
+            text_array("states"),
+            text_array("task_names"),
+            text_array("queues"),
+            text_array("inputs"),
+            text_array("outputs"),
+            text_array("errors"),
+            text_array("event_names"),
+            time_array("available_ats"),
+            time_array("finished_ats"),
+            bool_array("observed"),
+        )
+        .table_valued(
+            column("run_id", Uuid()),
+            column("id", Uuid()),
+            column("node_id", Text()),
+            column("iteration", Integer()),
+            column("attempt", Integer()),
+            column("kind", Text()),
+            column("state", Text()),
+            column("task_name", Text()),
+            column("queue", Text()),
+            column("input", Text()),
+            column("output", Text()),
+            column("error", Text()),
+            column("event_name", Text()),
+            column("available_at", DateTime(timezone=True)),
+            column("finished_at", DateTime(timezone=True)),
+            column("observed", Boolean()),
+        )
+        .render_derived(name="given")
+    )
+    return insert(Tasks.table).from_select(
         [
-            {
-                "run_id": run_id,
-                "id": create.task_id,
-                "node_id": create.node_id,
-                "iteration": create.iteration,
-                "attempt": create.attempt,
-                "kind": create.kind,
-                "state": create.state,
-                "task_name": create.task_name,
-                "queue": create.queue,
-                "input": create.input,
-                "output": create.output,
-                "error": create.error,
-                "event_name": create.event_name,
-                "created_at": now,
-                "available_at": create.available_at,
-                "finished_at": now if create.state in finished else None,
-                # Rows born terminal are recorded by the decision that creates them.
-                "observed": create.task_id in observed,
-            }
-            for run_id, create in creates
+            "run_id",
+            "id",
+            "node_id",
+            "iteration",
+            "attempt",
+            "kind",
+            "state",
+            "task_name",
+            "queue",
+            "input",
+            "output",
+            "error",
+            "event_name",
+            "created_at",
+            "available_at",
+            "finished_at",
+            "observed",
         ],
+        select(
+            given.c.run_id,
+            given.c.id,
+            given.c.node_id,
+            given.c.iteration,
+            given.c.attempt,
+            given.c.kind,
+            given.c.state,
+            given.c.task_name,
+            given.c.queue,
+            cast(given.c.input, JSONB),
+            cast(given.c.output, JSONB),
+            cast(given.c.error, JSONB),
+            given.c.event_name,
+            bindparam("now", type_=DateTime(timezone=True)),
+            given.c.available_at,
+            given.c.finished_at,
+            given.c.observed,
+        ),
     )
 
 
