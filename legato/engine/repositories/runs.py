@@ -43,6 +43,7 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
+from legato.schema.tables import ERROR_JSON
 from legato.schema.types import JSON_VALUE
 
 
@@ -264,29 +265,51 @@ class Finish:
 async def finish_many(conn: AsyncConnection, finishes: Sequence[Finish]) -> None:
     """Move RUNNING runs to their final status (decider loop, under the runs' locks).
 
-    One executemany round trip; primary keys.
+    One UPDATE joined to ``unnest`` of array parameters for the batch (built once);
+    primary keys of the runs' partitions.
     """
     if not finishes:
         return
     await conn.execute(
+        _finish_statement(),
+        {
+            "ids": [f.run_id for f in finishes],
+            "statuses": [f.status.value for f in finishes],
+            "outputs": [JSON_VALUE.dump_text(f.output) for f in finishes],
+            "errors": [ERROR_JSON.dump_text(f.error) for f in finishes],
+            "fence_ids": sorted(f.run_id for f in finishes),
+        },
+    )
+
+
+@cache
+def _finish_statement() -> Any:
+    finished = (
+        func.unnest(
+            uuid_array("ids"), text_array("statuses"), text_array("outputs"), text_array("errors")
+        )
+        .table_valued(
+            column("id", Uuid()),
+            column("status", Text()),
+            column("output", Text()),
+            column("error", Text()),
+        )
+        .render_derived(name="finished")
+    )
+    return (
         update(Runs.table)
-        .where(Runs.id == bindparam("b_id"), Runs.status == RunStatus.RUNNING)
+        .where(
+            in_array(Runs.id, uuid_array("fence_ids")),
+            Runs.id == finished.c.id,
+            Runs.status == RunStatus.RUNNING,
+        )
         .values(
-            status=bindparam("b_status"),
-            output=bindparam("b_output"),
-            error=bindparam("b_error"),
+            status=finished.c.status,
+            output=cast(finished.c.output, JSONB),
+            error=cast(finished.c.error, JSONB),
             finished_at=func.now(),
             updated_at=func.now(),
-        ),
-        [
-            {
-                "b_id": f.run_id,
-                "b_status": f.status,
-                "b_output": f.output,
-                "b_error": f.error,
-            }
-            for f in finishes
-        ],
+        )
     )
 
 
