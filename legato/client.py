@@ -34,7 +34,6 @@ from legato.engine.repositories import (
     decide_queue,
     definitions,
     idempotency_keys,
-    notify,
     partitions,
     run_events,
     runs,
@@ -271,7 +270,7 @@ class Client:
         return [RunHandle(self, run_id, workflow) for run_id in ids]
 
     async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
-        await runs.start_runs(conn, new_runs, "started", notify.decide_channel(self.schema))
+        await runs.start_runs(conn, new_runs, "started")
 
     def _definition(self, workflow: Workflow[Any, Any] | str) -> WorkflowDefinition | None:
         if isinstance(workflow, WorkflowDefinition):
@@ -326,8 +325,7 @@ class Client:
             workflow_name = run.workflow_name
         data = self._signal_payload(workflow_name, name, payload)
         async with self._autocommit() as conn:
-            channel = notify.decide_channel(self.schema)
-            if not await signals.send(conn, run_id, name, data, channel):
+            if not await signals.send(conn, run_id, name, data):
                 self._workflow_of.pop(run_id, None)
                 await self._running(conn, run_id, what)  # says why
                 raise RunFinished(f"cannot {what}: run {run_id} has just finished")
@@ -354,8 +352,7 @@ class Client:
                 if run is None or run.status is not RunStatus.RUNNING:
                     continue
                 data = self._signal_payload(run.workflow_name, name, payload)
-                channel = notify.decide_channel(self.schema)
-                if await signals.send(conn, run_id, name, data, channel):
+                if await signals.send(conn, run_id, name, data):
                     delivered.append(run_id)
         return delivered
 
@@ -380,7 +377,6 @@ class Client:
             await decide_queue.enqueue(conn, [run_id], "cancel requested")
             if not await runs.request_cancel(conn, run_id):
                 raise RunFinished(f"run {run_id} has already finished; nothing to cancel")
-            await notify.send(conn, notify.decide_channel(self.schema))
 
     @contextlib.asynccontextmanager
     async def _autocommit(self) -> AsyncIterator[AsyncConnection]:

@@ -227,21 +227,24 @@ $$""")
         "REFERENCING NEW TABLE AS appended "
         f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_run_event_v1()"
     )
-    op.execute(f"""
-CREATE FUNCTION {s}.notify_task_queue_v1() RETURNS trigger
+    # Work queued for a loop wakes it with no extra statement from whoever queued it:
+    # an insert into task_queue NOTIFYs the workers, an insert or update of
+    # decide_queue the deciders. Statement triggers: one notification per statement,
+    # and PostgreSQL folds identical notifications of one transaction.
+    for table, channel in (("task_queue", "tasks"), ("decide_queue", "decide")):
+        op.execute(f"""
+CREATE FUNCTION {s}.{_q(f"notify_{table}_v1")}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    -- Workers listen on <schema>_tasks_v1: new attempts wake them with no extra
-    -- statement from whoever enqueued them (identical notifications of one
-    -- transaction are folded into one).
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_tasks_v1', '');
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_{channel}_v1', '');
     RETURN NULL;
 END;
 $$""")
-    op.execute(
-        f"CREATE TRIGGER task_queue_notify_v1 AFTER INSERT ON {s}.task_queue "
-        f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_task_queue_v1()"
-    )
+        events = "INSERT" if table == "task_queue" else "INSERT OR UPDATE"
+        op.execute(
+            f"CREATE TRIGGER {_q(f'{table}_notify_v1')} AFTER {events} ON {s}.{_q(table)} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.{_q(f'notify_{table}_v1')}()"
+        )
     op.execute(f"SELECT {s}.ensure_partitions_v1()")
 
 
@@ -264,8 +267,9 @@ def _literal_text(value: str) -> str:
 
 def downgrade(schema: str) -> None:
     s = _q(schema)
-    op.execute(f"DROP TRIGGER IF EXISTS task_queue_notify_v1 ON {s}.task_queue")
-    op.execute(f"DROP FUNCTION IF EXISTS {s}.notify_task_queue_v1()")
+    for table in ("task_queue", "decide_queue"):
+        op.execute(f"DROP TRIGGER IF EXISTS {_q(f'{table}_notify_v1')} ON {s}.{_q(table)}")
+        op.execute(f"DROP FUNCTION IF EXISTS {s}.{_q(f'notify_{table}_v1')}()")
     op.execute(f"DROP TRIGGER IF EXISTS run_events_notify_v1 ON {s}.run_events")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.notify_run_event_v1()")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.drop_partitions_v1(timestamptz, boolean)")

@@ -215,7 +215,6 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
         conn,
         [runs.NewRun(action.task_id, action.workflow_name, version, action.input, parent_id)],
         "child started",
-        notify.decide_channel(notify.schema_of(conn)),
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import decide_queue, notify, task_queue, tasks
+from legato.engine.repositories import decide_queue, task_queue, tasks
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason
     Lock order, as everywhere: the runs' decide rows (in run-id order), then the queue
     rows, then the task rows. Stale reports (an attempt already finished, cancelled
     or superseded) change no task; their queue rows go, because their attempt is over.
-    The deciders are notified at commit.
+    The deciders are notified at commit (decide_queue's trigger).
     """
     if not reports:
         return 0
@@ -49,5 +49,4 @@ async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason
         conn, [r.queue_key for r in reports if r.queue_key and r.only_if_unleased], unleased=True
     )
     applied = await tasks.transition_many(conn, [report.move for report in reports])
-    await notify.send(conn, notify.decide_channel(notify.schema_of(conn)))
     return len(applied)

@@ -184,17 +184,14 @@ def _start_statement() -> Select[str]:
             func.coalesce(inserted.c.scheduled_at, func.now()),
         ).order_by(inserted.c.id),
     )
-    return select(func.pg_notify(bindparam("channel", type_=Text()), literal("", Text()))).add_cte(
-        history.cte("history"), queued.cte("queued")
-    )
+    return select(inserted.c.id).add_cte(history.cte("history"), queued.cte("queued"))
 
 
-async def start_runs(
-    conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str, channel: str
-) -> None:
+async def start_runs(conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str) -> None:
     """Start runs in ONE statement (Client.start / start_many, and the decider for child
     runs): insert the RUNNING runs, their first history event and their decide_queue
-    rows (available at ``scheduled_at`` or now), and NOTIFY ``channel``.
+    rows (available at ``scheduled_at`` or now); the decide_queue trigger NOTIFYs the
+    deciders.
 
     A single statement is atomic on its own, so a start outside a transaction is one
     round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
@@ -214,7 +211,6 @@ async def start_runs(
             "keys": [r.idempotency_key for r in new_runs],
             "scheduled": [r.scheduled_at for r in new_runs],
             "reason": reason,
-            "channel": channel,
         },
     )
 

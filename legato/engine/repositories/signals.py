@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import Text, Uuid, bindparam, cast, func, insert, literal, select, update
+from sqlalchemy import Text, Uuid, bindparam, cast, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -49,11 +49,7 @@ def _send_statement() -> Any:
         .returning(Signals.run_id)
         .cte("added")
     )
-    return (
-        select(func.pg_notify(bindparam("channel", type_=Text()), literal("", Text())))
-        .select_from(added)
-        .add_cte(queued.cte("queued"))
-    )
+    return select(added.c.run_id).add_cte(queued.cte("queued"))
 
 
 async def send(
@@ -61,15 +57,15 @@ async def send(
     run_id: uuid.UUID,
     name: str,
     payload: JsonValue,
-    channel: str,
 ) -> bool:
-    """Buffer a signal for a RUNNING run, ask for its decision and NOTIFY ``channel``, in
-    ONE statement (Client.signal, Client.emit); returns False, writing nothing, when the run is not
-    running. Atomic on its own, so outside a transaction it is one round trip. Lock
-    order holds: the decide row is the only lock it can wait on (the foreign-key check
-    of the signal takes KEY SHARE, which a decider's NO KEY UPDATE lets through).
-    The signal's id is the column default, ``uuid7_v1()`` (``uuidv7()`` on PostgreSQL
-    18). Primary keys; built once."""
+    """Buffer a signal for a RUNNING run and ask for its decision, in ONE statement
+    (Client.signal, Client.emit); the decide_queue trigger NOTIFYs the deciders.
+    Returns False, writing nothing, when the run is not running. Atomic on its own,
+    so outside a transaction it is one round trip. Lock order holds: the decide row
+    is the only lock it can wait on (the foreign-key check of the signal takes KEY
+    SHARE, which a decider's NO KEY UPDATE lets through). The signal's id is the
+    column default, ``uuid7_v1()`` (``uuidv7()`` on PostgreSQL 18). Primary keys;
+    built once."""
     result = await conn.execute(
         _send_statement(),
         {
@@ -77,7 +73,6 @@ async def send(
             "name": name,
             "payload": JSON_VALUE.dump_text(payload),
             "reason": f"signal {name}"[:200],
-            "channel": channel,
         },
     )
     return result.first() is not None
