@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    Integer,
     Interval,
     Table,
     Text,
@@ -44,7 +43,6 @@ from bench.harness import Server
 from legato.db import create_engine
 from legato.engine.decider.model import EnqueueTask
 from legato.engine.repositories import notify, task_queue
-from legato.engine.repositories.params import in_array, text_array
 from legato.schema import TaskQueue
 
 QUEUES = ("default", "q1", "q2")
@@ -55,18 +53,7 @@ LEASE = timedelta(seconds=30)
 def textbook_claim() -> Any:
     """The claim as the ``IN (subquery)`` form in a data-modifying CTE, as the engine
     wrote it before (leasing queue rows only)."""
-    candidates = (
-        select(TaskQueue.queue, TaskQueue.task_id)
-        .where(
-            in_array(TaskQueue.queue, text_array("queues")),
-            in_array(TaskQueue.task_name, text_array("task_names")),
-            TaskQueue.lease_expires_at.is_(None),
-            TaskQueue.available_at <= func.now(),
-        )
-        .order_by(TaskQueue.priority.desc(), TaskQueue.available_at)
-        .limit(bindparam("limit", type_=Integer()))
-        .with_for_update(skip_locked=True)
-    )
+    candidates = task_queue.claim_candidates().with_for_update(skip_locked=True)
     leased = (
         update(TaskQueue.table)
         .where(tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates))

@@ -16,9 +16,22 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import BindParameter, Boolean, DateTime, Integer, Text, Uuid, any_, bindparam
+from sqlalchemy import (
+    BindParameter,
+    Boolean,
+    DateTime,
+    Integer,
+    Text,
+    Uuid,
+    any_,
+    bindparam,
+    column,
+    func,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.types import TypeEngine
 
 
 def uuid_array(name: str, values: Iterable[uuid.UUID | None] | None = None) -> BindParameter[Any]:
@@ -48,6 +61,22 @@ def int_array(name: str) -> BindParameter[Any]:
 def time_array(name: str) -> BindParameter[Any]:
     """A ``timestamptz[]`` parameter, bound by name at execution."""
     return bindparam(name, type_=ARRAY(DateTime(timezone=True)))
+
+
+def rows_of(alias: str, **arrays: BindParameter[Any]) -> TableValuedAlias:
+    """``unnest(:a, :b, ...) AS alias(a, b, ...)``: parallel array parameters as rows,
+    one column per array (named by its keyword, typed by the array's element type)."""
+    return (
+        func.unnest(*arrays.values())
+        .table_valued(*(column(name, _element_type(array)) for name, array in arrays.items()))
+        .render_derived(name=alias)
+    )
+
+
+def _element_type(array: BindParameter[Any]) -> TypeEngine[Any]:
+    if not isinstance(array.type, ARRAY):
+        raise TypeError(f"{array.key} is not an array parameter")
+    return array.type.item_type
 
 
 def in_array(column: ColumnElement[Any], array: BindParameter[Any]) -> ColumnElement[bool]:

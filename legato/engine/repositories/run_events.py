@@ -12,12 +12,12 @@ from functools import cache
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import Integer, Text, Uuid, cast, column, func, insert, select
+from sqlalchemy import cast, insert, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.decider.model import AppendEvent
-from legato.engine.repositories.params import int_array, text_array, uuid_array
+from legato.engine.repositories.params import int_array, rows_of, text_array, uuid_array
 from legato.schema import RunEvents
 from legato.schema.types import JSON_VALUE
 
@@ -59,26 +59,15 @@ async def append(
 
 @cache
 def _append_statement() -> Any:
-    given = (
-        func.unnest(
-            uuid_array("run_ids"),
-            int_array("seqs"),
-            text_array("types"),
-            text_array("node_ids"),
-            int_array("iterations"),
-            int_array("attempts"),
-            text_array("datas"),
-        )
-        .table_valued(
-            column("run_id", Uuid()),
-            column("seq", Integer()),
-            column("type", Text()),
-            column("node_id", Text()),
-            column("iteration", Integer()),
-            column("attempt", Integer()),
-            column("data", Text()),
-        )
-        .render_derived(name="given")
+    given = rows_of(
+        "given",
+        run_id=uuid_array("run_ids"),
+        seq=int_array("seqs"),
+        type=text_array("types"),
+        node_id=text_array("node_ids"),
+        iteration=int_array("iterations"),
+        attempt=int_array("attempts"),
+        data=text_array("datas"),
     )
     return insert(RunEvents.table).from_select(
         ["run_id", "seq", "type", "node_id", "iteration", "attempt", "data"],

@@ -15,16 +15,12 @@ from typing import Any
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
-    DateTime,
-    Integer,
     Row,
     Select,
     Text,
-    Uuid,
     and_,
     bindparam,
     cast,
-    column,
     func,
     insert,
     literal,
@@ -38,6 +34,7 @@ from legato.engine.decider.model import TaskError
 from legato.engine.repositories.params import (
     in_array,
     int_array,
+    rows_of,
     text_array,
     time_array,
     uuid_array,
@@ -124,26 +121,15 @@ class NewRun:
 
 @cache
 def _start_statement() -> Select[str]:
-    given = (
-        func.unnest(
-            uuid_array("ids"),
-            text_array("names"),
-            int_array("versions"),
-            text_array("inputs"),
-            uuid_array("parents"),
-            text_array("keys"),
-            time_array("scheduled"),
-        )
-        .table_valued(
-            column("id", Uuid()),
-            column("workflow_name", Text()),
-            column("workflow_version", Integer()),
-            column("input", Text()),
-            column("parent_run_id", Uuid()),
-            column("idempotency_key", Text()),
-            column("scheduled_at", DateTime(timezone=True)),
-        )
-        .render_derived(name="given")
+    given = rows_of(
+        "given",
+        id=uuid_array("ids"),
+        workflow_name=text_array("names"),
+        workflow_version=int_array("versions"),
+        input=text_array("inputs"),
+        parent_run_id=uuid_array("parents"),
+        idempotency_key=text_array("keys"),
+        scheduled_at=time_array("scheduled"),
     )
     inserted = (
         insert(Runs.table)
@@ -280,17 +266,12 @@ async def finish_many(conn: AsyncConnection, finishes: Sequence[Finish]) -> None
 
 @cache
 def _finish_statement() -> Any:
-    finished = (
-        func.unnest(
-            uuid_array("ids"), text_array("statuses"), text_array("outputs"), text_array("errors")
-        )
-        .table_valued(
-            column("id", Uuid()),
-            column("status", Text()),
-            column("output", Text()),
-            column("error", Text()),
-        )
-        .render_derived(name="finished")
+    finished = rows_of(
+        "finished",
+        id=uuid_array("ids"),
+        status=text_array("statuses"),
+        output=text_array("outputs"),
+        error=text_array("errors"),
     )
     return (
         update(Runs.table)

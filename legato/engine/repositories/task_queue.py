@@ -16,13 +16,11 @@ from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import (
-    DateTime,
     Integer,
     Interval,
+    Select,
     Text,
-    Uuid,
     bindparam,
-    column,
     delete,
     func,
     insert,
@@ -37,6 +35,7 @@ from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     in_array,
     int_array,
+    rows_of,
     text_array,
     time_array,
     uuid_array,
@@ -66,26 +65,15 @@ async def enqueue(conn: AsyncConnection, items: Sequence[tuple[uuid.UUID, Enqueu
 
 @cache
 def _enqueue_statement() -> Any:
-    given = (
-        func.unnest(
-            text_array("queues"),
-            uuid_array("task_ids"),
-            uuid_array("run_ids"),
-            int_array("attempts"),
-            text_array("task_names"),
-            int_array("priorities"),
-            time_array("available_ats"),
-        )
-        .table_valued(
-            column("queue", Text()),
-            column("task_id", Uuid()),
-            column("run_id", Uuid()),
-            column("attempt", Integer()),
-            column("task_name", Text()),
-            column("priority", Integer()),
-            column("available_at", DateTime(timezone=True)),
-        )
-        .render_derived(name="given")
+    given = rows_of(
+        "given",
+        queue=text_array("queues"),
+        task_id=uuid_array("task_ids"),
+        run_id=uuid_array("run_ids"),
+        attempt=int_array("attempts"),
+        task_name=text_array("task_names"),
+        priority=int_array("priorities"),
+        available_at=time_array("available_ats"),
     )
     names = ["queue", "task_id", "run_id", "attempt", "task_name", "priority", "available_at"]
     return insert(TaskQueue.table).from_select(names, select(*(given.c[n] for n in names)))
@@ -115,9 +103,10 @@ class Claimed:
     workflow_name: str
 
 
-@cache
-def _claim_statement() -> Any:
-    candidates = locked(
+def claim_candidates() -> Select[str, uuid.UUID]:
+    """The unleased, available rows a claim takes, best first (parameters ``queues``,
+    ``task_names``, ``limit``); locked by the caller."""
+    return (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
             in_array(TaskQueue.queue, text_array("queues")),
@@ -126,9 +115,13 @@ def _claim_statement() -> Any:
             TaskQueue.available_at <= func.now(),
         )
         .order_by(TaskQueue.priority.desc(), TaskQueue.available_at)
-        .limit(bindparam("limit", type_=Integer())),
-        "candidates",
+        .limit(bindparam("limit", type_=Integer()))
     )
+
+
+@cache
+def _claim_statement() -> Any:
+    candidates = locked(claim_candidates(), "candidates")
     owner = bindparam("owner", type_=Text())
     leased = (
         update(TaskQueue.table)

@@ -16,14 +16,9 @@ from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import (
-    Boolean,
     DateTime,
-    Integer,
-    Text,
-    Uuid,
     bindparam,
     cast,
-    column,
     func,
     insert,
     or_,
@@ -38,6 +33,7 @@ from legato.engine.repositories.params import (
     bool_array,
     in_array,
     int_array,
+    rows_of,
     text_array,
     time_array,
     uuid_array,
@@ -167,44 +163,24 @@ async def insert_many(
 
 @cache
 def _insert_statement() -> Any:
-    given = (
-        func.unnest(
-            uuid_array("run_ids"),
-            uuid_array("ids"),
-            text_array("node_ids"),
-            int_array("iterations"),
-            int_array("attempts"),
-            text_array("kinds"),
-            text_array("states"),
-            text_array("task_names"),
-            text_array("queues"),
-            text_array("inputs"),
-            text_array("outputs"),
-            text_array("errors"),
-            text_array("event_names"),
-            time_array("available_ats"),
-            time_array("finished_ats"),
-            bool_array("observed"),
-        )
-        .table_valued(
-            column("run_id", Uuid()),
-            column("id", Uuid()),
-            column("node_id", Text()),
-            column("iteration", Integer()),
-            column("attempt", Integer()),
-            column("kind", Text()),
-            column("state", Text()),
-            column("task_name", Text()),
-            column("queue", Text()),
-            column("input", Text()),
-            column("output", Text()),
-            column("error", Text()),
-            column("event_name", Text()),
-            column("available_at", DateTime(timezone=True)),
-            column("finished_at", DateTime(timezone=True)),
-            column("observed", Boolean()),
-        )
-        .render_derived(name="given")
+    given = rows_of(
+        "given",
+        run_id=uuid_array("run_ids"),
+        id=uuid_array("ids"),
+        node_id=text_array("node_ids"),
+        iteration=int_array("iterations"),
+        attempt=int_array("attempts"),
+        kind=text_array("kinds"),
+        state=text_array("states"),
+        task_name=text_array("task_names"),
+        queue=text_array("queues"),
+        input=text_array("inputs"),
+        output=text_array("outputs"),
+        error=text_array("errors"),
+        event_name=text_array("event_names"),
+        available_at=time_array("available_ats"),
+        finished_at=time_array("finished_ats"),
+        observed=bool_array("observed"),
     )
     return insert(Tasks.table).from_select(
         [
@@ -299,26 +275,15 @@ async def transition_many(
 
 @cache
 def _transition_statement() -> Any:
-    moved = (
-        func.unnest(
-            uuid_array("run_ids"),
-            uuid_array("task_ids"),
-            int_array("attempts"),
-            text_array("states"),
-            text_array("outputs"),
-            text_array("errors"),
-            bool_array("observed"),
-        )
-        .table_valued(
-            column("run_id", Uuid()),
-            column("task_id", Uuid()),
-            column("attempt", Integer()),
-            column("state", Text()),
-            column("output", Text()),
-            column("error", Text()),
-            column("observed", Boolean()),
-        )
-        .render_derived(name="moves")
+    moved = rows_of(
+        "moves",
+        run_id=uuid_array("run_ids"),
+        task_id=uuid_array("task_ids"),
+        attempt=int_array("attempts"),
+        state=text_array("states"),
+        output=text_array("outputs"),
+        error=text_array("errors"),
+        observed=bool_array("observed"),
     )
     return (
         update(Tasks.table)
