@@ -24,6 +24,7 @@ from typing import Any
 
 ROLE_WORKER = "worker"
 ROLE_DECIDER = "decider"
+DECIDER_LOOPS = 2  # per decider process: Runtime's default
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
             concurrency=spec.concurrency,
             poll_interval=spec.poll_interval,
             grace_period=5.0,
+            deciders=DECIDER_LOOPS,
         )
         ready.set()
         await asyncio.to_thread(go.wait)
@@ -104,7 +106,10 @@ class Fleet:
                 self._ready.append(ready)
                 self.procs.append(proc)
                 self.names.append(f"{role}-{i}")
-        self.layout = f"{workers} worker process(es) x {concurrency} slots + {deciders} decider(s)"
+        self.layout = (
+            f"{workers} worker process(es) x {concurrency} slots + {deciders} decider "
+            f"process(es) x {DECIDER_LOOPS} loops"
+        )
 
     def start(self, timeout: float = 60.0) -> None:
         for proc in self.procs:

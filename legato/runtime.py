@@ -55,7 +55,7 @@ class Runtime:
         roles: Roles = Roles(),
         queues: tuple[str, ...] | None = None,
         concurrency: int = 16,
-        deciders: int = 1,
+        deciders: int = 2,
         decide_batch_size: int = 200,
         lease: timedelta = timedelta(seconds=30),
         poll_interval: float = 1.0,

@@ -154,7 +154,7 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
             roles=roles,
             queues=tuple(getattr(args, "queue", None) or ()) or None,
             concurrency=getattr(args, "concurrency", 16),
-            deciders=getattr(args, "deciders", 1),
+            deciders=getattr(args, "deciders", 2),
             poll_interval=args.poll_interval,
             grace_period=getattr(args, "grace_period", 30.0),
         )
@@ -485,9 +485,10 @@ Deciders hold no state: run as many processes as you like on one database
     decider.add_argument(
         "--deciders",
         type=_positive,
-        default=1,
+        default=2,
         metavar="N",
-        help="decider loops in this process (default: 1)",
+        help="decider loops in this process (default: 2: one decides while the other "
+        "waits on PostgreSQL)",
     )
     decider.add_argument(
         "--no-deploy",
