@@ -69,15 +69,19 @@ class Runtime:
         self.worker: Worker | None = None
         self.decider_loops: list[DeciderLoop] = []
         if roles.decider:
+            # Only the first loop LISTENs; each wakes the next when it finds more than one
+            # run waiting (DeciderLoop.helper).
             self.decider_loops = [
                 DeciderLoop(
                     engine,
-                    wakeups=self.wakeups,
+                    wakeups=self.wakeups if i == 0 else None,
                     batch_size=decide_batch_size,
                     poll_interval=poll_interval,
                 )
-                for _ in range(deciders)
+                for i in range(deciders)
             ]
+            for loop, helper in zip(self.decider_loops, self.decider_loops[1:], strict=False):
+                loop.helper = helper
             self.loops += self.decider_loops
             self.loops.append(MaintenanceLoop(engine))
         if roles.worker:

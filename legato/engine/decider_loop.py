@@ -271,6 +271,10 @@ class DeciderLoop(Loop):
         self.retry_delay = retry_delay
         self.specs = SpecCache()
         self.decided = 0
+        # A sibling loop in this process, woken when this one finds more than one run
+        # waiting: under load two batches overlap, while a lone run (a signal) wakes
+        # one loop only and nothing competes with its decision.
+        self.helper: DeciderLoop | None = None
 
     async def tick(self) -> bool:
         now = datetime.now(UTC)
@@ -280,6 +284,8 @@ class DeciderLoop(Loop):
                 claimed = await decide_queue.take(conn, self.batch_size)
                 if not claimed:
                     return False
+                if len(claimed) > 1 and self.helper is not None:
+                    self.helper.nudge()
                 batch = await decide_runs(conn, claimed, self.specs, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)

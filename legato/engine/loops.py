@@ -101,12 +101,17 @@ class Loop:
         self._wakeups = wakeups
         self._channel = channel
         self._wake: asyncio.Event | None = None
+        self._nudged = asyncio.Event()  # the wake-up of a loop that does not LISTEN
         self._stopping = asyncio.Event()
         self._error_backoff = 0.0
 
     async def tick(self) -> bool:
         """Do one batch of work; return True when more work is likely waiting."""
         raise NotImplementedError
+
+    def nudge(self) -> None:
+        """Wake the loop now (another loop saw more work than it can take alone)."""
+        (self._wake or self._nudged).set()
 
     def stop(self) -> None:
         """Ask the loop to finish: it stops claiming and returns from ``run``."""
@@ -121,6 +126,8 @@ class Loop:
     async def run(self) -> None:
         if self._wakeups is not None and self._channel is not None:
             self._wake = await self._wakeups.subscribe(self._channel)
+        else:
+            self._wake = self._nudged
         try:
             while not self._stopping.is_set():
                 try:
@@ -142,6 +149,7 @@ class Loop:
             await self.on_stop()
             if self._wakeups is not None and self._channel is not None and self._wake is not None:
                 await self._wakeups.unsubscribe(self._channel, self._wake)
+            self._wake = None
 
     async def _keep_listening(self) -> None:
         if self._wakeups is None:

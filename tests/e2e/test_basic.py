@@ -4,9 +4,10 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFinished, RunStatus, Runtime
-from tests.e2e.flows import Active, Confirmed, Signup, chain, signup
+from tests.e2e.flows import Active, Confirmed, Signup, app, chain, signup
 
 
 async def test_chain_of_three_tasks(runtime: Runtime, client: Client) -> None:
@@ -58,3 +59,17 @@ async def test_list_runs_filters_and_pages_newest_first(client: Client) -> None:
     assert last.next_before is None
     running = await client.list_runs(status=RunStatus.RUNNING, limit=100)
     assert len(running.runs) == 6
+
+
+async def test_a_burst_is_decided_by_both_decider_loops(
+    engine: AsyncEngine, client: Client
+) -> None:
+    # poll_interval is long: once idle, only the LISTENing loop hears of new runs, and
+    # the second loop can only be woken by its nudge.
+    async with Runtime(engine, app, poll_interval=30.0, decide_batch_size=50) as runtime:
+        first, second = runtime.decider_loops
+        await asyncio.sleep(0.5)  # both loops have polled once and sleep
+        handles = await client.start_many(chain, list(range(300)))
+        results = [await h.result(timeout=60) for h in handles]
+    assert results == [2 * (n + 1) + 1 for n in range(300)]
+    assert first.decided > 0 and second.decided > 0, (first.decided, second.decided)
