@@ -305,13 +305,11 @@ class Client:
 
     async def _check_run_id(self, run_id: uuid.UUID) -> None:
         if self._bounds is None:
-            async with self._autocommit() as conn:
-                self._bounds = await partitions.run_partition_bounds(conn)
+            self._bounds = await self._read(partitions.run_partition_bounds)
         try:
             partitions.check_run_id(run_id, self._bounds)
-        except InvalidRunId:
-            async with self._autocommit() as conn:  # partitions may have been added
-                self._bounds = await partitions.run_partition_bounds(conn)
+        except InvalidRunId:  # partitions may have been added since
+            self._bounds = await self._read(partitions.run_partition_bounds)
             partitions.check_run_id(run_id, self._bounds)
 
     # -- signals, events, cancellation -------------------------------------------------------

@@ -6,7 +6,7 @@ Every command validates ``--schema`` before it connects, so a bad name changes n
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
@@ -38,16 +38,20 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, 
 
 
 async def _upgrade(args: argparse.Namespace) -> int:
-    async with _engine(args) as (engine, schema):
-        await migrations.upgrade(engine, schema, args.revision)
-        state = await migrations.state(engine, schema)
-    print(f"schema {schema!r} is at {', '.join(state.current) or 'base'}")
-    return 0
+    return await _migrate(args, migrations.upgrade)
 
 
 async def _downgrade(args: argparse.Namespace) -> int:
+    return await _migrate(args, migrations.downgrade)
+
+
+async def _migrate(
+    args: argparse.Namespace, step: Callable[[AsyncEngine, str, str], Awaitable[None]]
+) -> int:
+    """Run ``step`` (upgrade or downgrade) to ``args.revision`` and say where it left the
+    schema."""
     async with _engine(args) as (engine, schema):
-        await migrations.downgrade(engine, schema, args.revision)
+        await step(engine, schema, args.revision)
         state = await migrations.state(engine, schema)
     print(f"schema {schema!r} is at {', '.join(state.current) or 'base'}")
     return 0

@@ -156,9 +156,8 @@ class Batch:
             stale = [m.task_id for m in self.resolves if m.task_id not in applied]
             if stale:
                 raise DecisionAborted(f"tasks {stale} were no longer active")
-        await tasks.mark_observed(
-            conn, [pair for pair in self.observed if pair[1] not in created | resolved]
-        )
+        recorded = created | resolved
+        await tasks.mark_observed(conn, [pair for pair in self.observed if pair[1] not in recorded])
         for parent_id, child in self.children:
             await start_child(conn, parent_id, child)
         for child_id in self.cancel_children:

@@ -286,9 +286,9 @@ class Worker(Loop):
                 await tasks.release_attempts(
                     conn, [(c.run_id, c.task_id, c.attempt) for c in leftovers]
                 )
-                await notify.send(
-                    conn, notify.tasks_channel(self.schema_name), {c.queue for c in leftovers}
-                )
+                # A released lease is an UPDATE: task_queue's insert trigger does not
+                # announce it, so this does.
+                await notify.send(conn, notify.tasks_channel(self.schema_name))
             log.info("released %d unfinished attempts", len(leftovers))
         self._inflight.clear()
         for task in self._background:

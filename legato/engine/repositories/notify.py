@@ -3,8 +3,6 @@ notification delays work, it never loses it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -39,11 +37,11 @@ def events_channel(schema: str) -> str:
     return f"{schema}_events_v1"
 
 
-async def send(conn: AsyncConnection, channel: str, payloads: Iterable[str] = ("",)) -> None:
-    """NOTIFY ``channel`` once per distinct payload, delivered when the transaction commits.
+async def send(conn: AsyncConnection, channel: str) -> None:
+    """NOTIFY ``channel``, delivered when the transaction commits.
 
-    Called by the client (start, signal), the decider (queues that got work) and the
-    worker (runs to decide); PostgreSQL folds identical notifications of one transaction.
+    Most wake-ups come from the queue tables' statement triggers; this is for the two
+    that are not inserts into a queue: the decider's cancelled attempts (cancel
+    channel) and a stopping worker's released leases (tasks channel).
     """
-    for payload in sorted(set(payloads)):
-        await conn.execute(select(func.pg_notify(channel, payload)))
+    await conn.execute(select(func.pg_notify(channel, "")))
