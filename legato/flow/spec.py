@@ -231,9 +231,9 @@ def check_spec(spec: WorkflowSpec) -> None:
             raise SpecError(f"{where}: node name {node.id!r} may not start with '$'")
         check_name(f"{where}: node name", node.id, SpecError)
         if isinstance(node, EventNodeSpec):
-            check_name(f"{where}: event name of node {node.id!r}", node.event, SpecError)
+            check_name(f"{where}: node {node.id!r}: event name", node.event, SpecError)
         if isinstance(node, ChildNodeSpec):
-            check_name(f"{where}: child workflow of node {node.id!r}", node.workflow, SpecError)
+            check_name(f"{where}: node {node.id!r}: child workflow", node.workflow, SpecError)
         ids.add(node.id)
     by_id = {n.id: n for n in spec.nodes}
     for node in spec.nodes:
@@ -265,7 +265,7 @@ def check_spec(spec: WorkflowSpec) -> None:
         if task.name != name:
             raise SpecError(f"{where}: task registered as {name!r} is named {task.name!r}")
         check_name(f"{where}: task name", task.name, SpecError)
-        check_name(f"{where}: queue of task {task.name!r}", task.queue, SpecError)
+        check_name(f"{where}: task {task.name!r}: queue", task.queue, SpecError)
     if spec.on_failure is not None and spec.on_failure not in spec.tasks:
         raise SpecError(f"{where}: failure handler uses unknown task {spec.on_failure!r}")
     if spec.output != INPUT_NODE_ID and spec.output not in by_id:
