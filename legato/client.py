@@ -353,10 +353,12 @@ class Client:
             raise InvalidArgument(
                 f"start_many() takes a sequence of inputs, not {type(inputs).__name__}"
             )
-        payloads = [
-            self._validated_input(workflow, f"{workflow.name!r} (item {i})", item)
-            for i, item in enumerate(inputs)
-        ]
+        payloads: list[JsonValue] = []
+        for i, item in enumerate(inputs):
+            try:
+                payloads.append(self._validated_input(workflow, workflow.name, item))
+            except (InvalidInput, PayloadTooLarge) as error:
+                raise type(error)(f"start_many() item {i}: {error}") from None
         if not payloads:
             return []
         ids = [uuid7() for _ in payloads]
@@ -388,7 +390,7 @@ class Client:
     def _validated_input(
         self, definition: WorkflowDefinition | None, workflow: str, value: object
     ) -> JsonValue:
-        what = f"input of workflow {workflow}"
+        what = f"input of workflow {workflow!r}"
         if definition is None:  # by name, no model to check against
             return self._sized(_plain(value), what)
         try:
