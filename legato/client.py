@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -24,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar, overload
 
 from pydantic import JsonValue
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.db import check_database, create_engine, resolve_schema
@@ -44,15 +43,20 @@ from legato.engine.repositories.run_events import HistoryEvent
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.tasks import TaskRow
 from legato.errors import (
+    ConfigurationError,
+    InvalidArgument,
     InvalidInput,
+    InvalidOutput,
     InvalidRunId,
     PayloadTooLarge,
+    RunAlreadyExists,
     RunFailed,
     RunFinished,
     RunNotFound,
     UnknownWorkflow,
 )
 from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
+from legato.limits import check_idempotency_key, check_json, check_name, json_size
 from legato.schema import RunStatus, uuid7
 from legato.schema.types import strip_nul
 
@@ -65,6 +69,35 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 
 # How many runs' workflow names a Client remembers for signal().
 _REMEMBERED_RUNS = 10_000
+
+RunId = uuid.UUID | str
+
+
+def as_run_id(value: object) -> uuid.UUID:
+    """A run id given as a ``uuid.UUID`` or its string form; ``InvalidRunId`` otherwise."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    shown = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:70]}..."
+    raise InvalidRunId(
+        f"run id {shown} is not a UUID: pass a uuid.UUID or its string form, "
+        "e.g. the run_id of a RunHandle"
+    )
+
+
+def _check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    # `not timeout >= 0` also refuses NaN.
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0:
+        raise InvalidArgument(
+            f"timeout {timeout!r} must be a number of seconds >= 0, or None to wait forever"
+        )
+    return float(timeout)
 
 
 @dataclass(frozen=True)
@@ -97,7 +130,13 @@ class RunHandle(Generic[Out]):
         output = await self.client.result(self.run_id, timeout=timeout)
         if self._workflow is None:
             return output  # type: ignore[return-value]  # untyped handle: JSON out
-        return self._workflow.parse_output(output)
+        try:
+            return self._workflow.parse_output(output)
+        except InputValidationError as error:
+            raise InvalidOutput(
+                f"run {self.run_id}: {error} (did the output type change since the run "
+                "finished? client.result(run_id) returns the raw JSON)"
+            ) from None
 
     def __repr__(self) -> str:
         return f"<run {self.run_id}>"
@@ -115,6 +154,14 @@ class Client:
         idempotency_retention: timedelta = timedelta(days=30),
         owns_engine: bool = False,
     ) -> None:
+        if not isinstance(engine, AsyncEngine):
+            raise ConfigurationError(
+                f"Client(engine) needs an AsyncEngine from legato.create_engine(), "
+                f"not {type(engine).__name__}; or use `await Client.connect(url)`"
+            )
+        if app is not None and not isinstance(app, App):
+            raise ConfigurationError(f"Client(app=...) must be a legato.App, not {app!r}")
+        _check_max_payload(max_payload_bytes)
         self.engine = engine
         self.app = app
         self.max_payload_bytes = max_payload_bytes
@@ -136,6 +183,9 @@ class Client:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> Client:
         """Connect (``LEGATO_DATABASE_URL`` by default) and check the server and schema."""
+        _check_max_payload(max_payload_bytes)
+        if app is not None and not isinstance(app, App):
+            raise ConfigurationError(f"Client.connect(app=...) must be a legato.App, not {app!r}")
         engine = create_engine(database_url, schema)
         try:
             async with engine.connect() as conn:
@@ -163,6 +213,8 @@ class Client:
         target = app or self.app
         if target is None:
             raise UnknownWorkflow("nothing to deploy: pass an App")
+        if not isinstance(target, App):
+            raise InvalidArgument(f"deploy() takes a legato.App, not {target!r}")
         async with self.engine.begin() as conn:
             return await deploy_workflows(conn, target.workflows.values())
 
@@ -185,7 +237,7 @@ class Client:
         input: In,
         *,
         idempotency_key: str | None = None,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
         start_at: datetime | None = None,
     ) -> RunHandle[Out]: ...
 
@@ -196,7 +248,7 @@ class Client:
         input: JsonValue,
         *,
         idempotency_key: str | None = None,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
         start_at: datetime | None = None,
     ) -> RunHandle[JsonValue]: ...
 
@@ -206,23 +258,58 @@ class Client:
         input: Any,
         *,
         idempotency_key: str | None = None,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
         start_at: datetime | None = None,
     ) -> RunHandle[Any]:
         """Start a run and return its handle.
 
-        The input is validated by the workflow's input model. With an
+        A ``Workflow`` object starts that exact spec (stored as a new version if it is
+        new); a name starts the deployed version of that name, validating the input
+        with the client's app's model of that name when it has one. With an
         ``idempotency_key``, starting again (even concurrently) returns the same run.
-        ``run_id`` must be a UUIDv7 inside an existing partition; ``start_at`` delays
-        the run's first decision.
+        ``run_id`` (a ``uuid.UUID`` or UUID string) must be a UUIDv7 inside an existing
+        partition and not already used (``RunAlreadyExists``); ``start_at`` (a
+        timezone-aware datetime) delays the run's first decision.
         """
-        definition = self._definition(workflow)
-        payload = self._validated_input(definition, workflow, input)
-        if run_id is not None:
-            await self._check_run_id(run_id)
-        new_id = run_id or uuid7()
-        name = definition.name if definition is not None else str(workflow)
-        version = self._versions.get((name, definition.spec_hash)) if definition else None
+        name, definition = self._target(workflow)
+        payload = self._validated_input(definition, name, input)
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key, InvalidArgument)
+        if start_at is not None and (
+            not isinstance(start_at, datetime) or start_at.utcoffset() is None
+        ):
+            raise InvalidArgument(
+                f"start_at={start_at!r} must be a timezone-aware datetime, "
+                "e.g. datetime.now(UTC) + timedelta(hours=1)"
+            )
+        given_id = None if run_id is None else as_run_id(run_id)
+        if given_id is not None:
+            await self._check_run_id(given_id)
+        new_id = given_id or uuid7()
+        try:
+            return await self._start_one(
+                workflow, name, definition, payload, new_id, idempotency_key, start_at
+            )
+        except IntegrityError:
+            if given_id is None or await self._read(lambda c: runs.get(c, given_id)) is None:
+                raise
+            raise RunAlreadyExists(
+                f"a run with id {given_id} already exists: run ids are unique, so pass a "
+                "fresh legato.uuid7() (or an idempotency_key to make starts repeatable)"
+            ) from None
+
+    async def _start_one(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        name: str,
+        definition: WorkflowDefinition | None,
+        payload: JsonValue,
+        new_id: uuid.UUID,
+        idempotency_key: str | None,
+        start_at: datetime | None,
+    ) -> RunHandle[Any]:
+        own = definition if isinstance(workflow, WorkflowDefinition) else None
+        version = self._versions.get((name, own.spec_hash)) if own is not None else None
         new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
@@ -230,14 +317,15 @@ class Client:
                 await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
         async with self.engine.begin() as conn:
-            if definition is not None:
-                version = await self._version_of(conn, definition)
+            if own is not None:
+                version = await self._version_of(conn, own)
             else:
                 version = await definitions.deployed_version(conn, name)
                 if version is None:
                     raise UnknownWorkflow(
                         f"unknown workflow {name!r}: no deployed version "
-                        "(deploy it with `legato deploy --app module:app`)"
+                        "(deploy it with `legato deploy --app module:app`, or start the "
+                        "Workflow object itself)"
                     )
             if idempotency_key is not None:
                 existing = await idempotency_keys.claim(
@@ -256,7 +344,23 @@ class Client:
         self, workflow: Workflow[In, Out], inputs: Sequence[In]
     ) -> list[RunHandle[Out]]:
         """Start many runs of one workflow in one transaction (one round trip per table)."""
-        payloads = [self._validated_input(workflow, workflow, item) for item in inputs]
+        if not isinstance(workflow, WorkflowDefinition):
+            raise InvalidArgument(
+                f"start_many() takes a Workflow object, not {workflow!r} "
+                "(start runs by name one at a time with start())"
+            )
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            raise InvalidArgument(
+                f"start_many() takes a sequence of inputs, not {type(inputs).__name__}"
+            )
+        payloads: list[JsonValue] = []
+        for i, item in enumerate(inputs):
+            try:
+                payloads.append(self._validated_input(workflow, workflow.name, item))
+            except (InvalidInput, PayloadTooLarge) as error:
+                raise type(error)(f"start_many() item {i}: {error}") from None
+        if not payloads:
+            return []
         ids = [uuid7() for _ in payloads]
         async with self.engine.begin() as conn:
             version = await self._version_of(conn, workflow)
@@ -272,30 +376,34 @@ class Client:
     async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
         await runs.start_runs(conn, new_runs, "started")
 
-    def _definition(self, workflow: Workflow[Any, Any] | str) -> WorkflowDefinition | None:
+    def _target(self, workflow: object) -> tuple[str, WorkflowDefinition | None]:
+        """The workflow's name, and the definition that validates its input."""
         if isinstance(workflow, WorkflowDefinition):
-            return workflow
-        if self.app is not None and workflow in self.app.workflows:
-            return self.app.workflows[workflow]
-        return None
+            return workflow.name, workflow
+        if not isinstance(workflow, str):
+            raise InvalidArgument(
+                f"start() takes a Workflow object or a workflow name, not {workflow!r}"
+            )
+        name = check_name("workflow name", workflow, InvalidArgument)
+        return name, self.app.workflows.get(name) if self.app is not None else None
 
     def _validated_input(
-        self, definition: WorkflowDefinition | None, workflow: object, value: object
+        self, definition: WorkflowDefinition | None, workflow: str, value: object
     ) -> JsonValue:
-        if definition is not None:
-            try:
-                payload = definition.validate_input(value)
-            except InputValidationError as error:
-                raise InvalidInput(str(error)) from None
-        else:
-            payload = value  # type: ignore[assignment]  # by name, no model to check against
-        return self._sized(strip_nul(payload), f"input of workflow {workflow!s}")
+        what = f"input of workflow {workflow!r}"
+        if definition is None:  # by name, no model to check against
+            return self._sized(_plain(value), what)
+        try:
+            payload = definition.validate_input(value)
+        except InputValidationError as error:
+            raise InvalidInput(str(error)) from None
+        except RecursionError:
+            raise InvalidInput(f"{what} is nested too deeply to validate") from None
+        return self._sized(payload, what)
 
     def _sized(self, payload: JsonValue, what: str) -> JsonValue:
-        try:
-            size = len(json.dumps(payload, separators=(",", ":")).encode())
-        except (TypeError, ValueError) as error:
-            raise InvalidInput(f"{what} is not JSON: {error}") from None
+        payload = strip_nul(check_json(what, payload, InvalidInput))
+        size = json_size(payload)
         if size > self.max_payload_bytes:
             raise PayloadTooLarge(
                 f"{what} is {size} bytes, over the {self.max_payload_bytes}-byte limit "
@@ -314,8 +422,10 @@ class Client:
 
     # -- signals, events, cancellation -------------------------------------------------------
 
-    async def signal(self, run_id: uuid.UUID, name: str, payload: Any = None) -> None:
+    async def signal(self, run_id: RunId, name: str, payload: Any = None) -> None:
         """Send a signal to a running run; buffered until a wait for ``name`` takes it."""
+        run_id = as_run_id(run_id)
+        check_name("signal name", name, InvalidArgument)
         what = f"signal {name!r}"
         workflow_name = self._workflow_of.get(run_id)
         if workflow_name is None:
@@ -339,6 +449,7 @@ class Client:
         decider has not taken yet) is skipped, so emitting twice in a row does not
         satisfy a later wait for the same event.
         """
+        check_name("event name", name, InvalidArgument)
         async with self.engine.begin() as conn:
             waiting = sorted(await tasks.open_waits(conn, name))
             buffered = await signals.pending_many(conn, waiting)
@@ -361,15 +472,14 @@ class Client:
                 data = definition.validate_event(name, payload)
             except (InputValidationError, UnknownEventError) as error:
                 raise InvalidInput(str(error)) from None
-        elif hasattr(payload, "model_dump"):
-            data = payload.model_dump(mode="json")
         else:
-            data = payload
-        return self._sized(strip_nul(data), f"payload of signal {name!r}")
+            data = _plain(payload)
+        return self._sized(data, f"payload of signal {name!r}")
 
-    async def cancel(self, run_id: uuid.UUID) -> None:
+    async def cancel(self, run_id: RunId) -> None:
         """Ask a running run to cancel: pending work is cancelled, running tasks are
         interrupted, and the run finishes CANCELLED."""
+        run_id = as_run_id(run_id)
         async with self.engine.begin() as conn:
             await self._running(conn, run_id, "cancel")
             await decide_queue.enqueue(conn, [run_id], "cancel requested")
@@ -406,9 +516,9 @@ class Client:
 
     # -- reading -----------------------------------------------------------------------------
 
-    async def result(self, run_id: uuid.UUID, timeout: float | None = None) -> JsonValue:
+    async def result(self, run_id: RunId, timeout: float | None = None) -> JsonValue:
         """Wait until the run finishes; return its JSON output or raise ``RunFailed``."""
-        run = await self._wait_finished(run_id, timeout)
+        run = await self._wait_finished(as_run_id(run_id), _check_timeout(timeout))
         if run.status is RunStatus.SUCCEEDED:
             return run.output
         raise RunFailed(_failure_message(run))
@@ -427,8 +537,9 @@ class Client:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
-    async def get_run(self, run_id: uuid.UUID) -> RunDetails:
+    async def get_run(self, run_id: RunId) -> RunDetails:
         """A run with its attempts and history (``legato runs show``)."""
+        run_id = as_run_id(run_id)
 
         async def read(conn: AsyncConnection) -> RunDetails:
             run = await runs.get(conn, run_id)
@@ -442,8 +553,11 @@ class Client:
 
         return await self._read(read)
 
-    async def history(self, run_id: uuid.UUID, after_seq: int = 0) -> list[HistoryEvent]:
+    async def history(self, run_id: RunId, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after ``after_seq``."""
+        run_id = as_run_id(run_id)
+        if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
+            raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0")
         return await self._read(lambda conn: run_events.history(conn, run_id, after_seq))
 
     async def list_runs(
@@ -451,20 +565,44 @@ class Client:
         *,
         workflow: str | None = None,
         status: RunStatus | None = None,
-        before: uuid.UUID | None = None,
+        before: RunId | None = None,
         limit: int = 50,
     ) -> RunPage:
         """Runs newest first, filtered, keyset-paginated by run id."""
-        if not 1 <= limit <= 1000:
-            raise ValueError("limit must be between 1 and 1000")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidArgument(f"limit={limit!r} must be an int between 1 and 1000")
+        if workflow is not None:
+            check_name("workflow name", workflow, InvalidArgument)
+        if status is not None:
+            status = _status(status)
+        after = None if before is None else as_run_id(before)
         page = await self._read(
             lambda conn: runs.list_runs(
-                conn, workflow_name=workflow, status=status, before=before, limit=limit + 1
+                conn, workflow_name=workflow, status=status, before=after, limit=limit + 1
             )
         )
         more = len(page) > limit
         page = page[:limit]
         return RunPage(runs=page, next_before=page[-1].id if more and page else None)
+
+
+def _check_max_payload(value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"max_payload_bytes={value!r} must be a positive int of bytes")
+
+
+def _status(value: object) -> RunStatus:
+    if isinstance(value, str) and value in RunStatus.__members__.values():
+        return RunStatus(value)
+    known = ", ".join(s.value for s in RunStatus)
+    raise InvalidArgument(f"status={value!r} is not a run status ({known})")
+
+
+def _plain(value: object) -> JsonValue:
+    """A model instance as the JSON it will be stored as; anything else as it is (the
+    JSON check that follows refuses what is not JSON)."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value  # type: ignore[return-value]
 
 
 def _typed(workflow: object) -> Workflow[Any, Any] | None:

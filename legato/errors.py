@@ -1,4 +1,7 @@
-"""Every error Legato raises on purpose; each message names the problem and what to do."""
+"""Every error Legato raises on purpose; each message names the problem and what to do.
+
+docs/api.md lists them all: when each is raised and what to do about it.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +22,22 @@ class IncompatibleDatabase(LegatoError):
     """The server is too old, or its Legato schema is not at this package's migration head."""
 
 
-class InvalidRunId(LegatoError):
-    """A run id that is not a UUIDv7 or falls outside every existing partition."""
+class SpecError(LegatoError, ValueError):
+    """A workflow that cannot be compiled; the message names the workflow and the node."""
+
+
+class TaskDefinitionError(LegatoError, TypeError):
+    """A task function or option that cannot be registered; the message names the function."""
+
+
+class InvalidArgument(LegatoError, ValueError):
+    """A Client argument of the wrong type or out of range: a name, idempotency key,
+    limit, timeout or time."""
+
+
+class InvalidRunId(InvalidArgument):
+    """A run id that is not a UUID, or (when supplied to ``start``) not a UUIDv7 inside
+    an existing partition."""
 
 
 class UnknownWorkflow(LegatoError):
@@ -28,11 +45,25 @@ class UnknownWorkflow(LegatoError):
 
 
 class InvalidInput(LegatoError):
-    """A run input or signal payload that fails its model."""
+    """A run input or signal payload that fails its model or is not storable JSON."""
 
 
 class PayloadTooLarge(LegatoError):
     """A payload over the configured size limit."""
+
+
+class OutputTooLarge(LegatoError):
+    """A task returned more than the worker's ``max_output_bytes``; recorded as the
+    attempt's (non-retryable) error, so ``result()`` reports it through ``RunFailed``."""
+
+
+class InvalidOutput(LegatoError):
+    """A task's return value, or a run's stored output, that is not storable JSON or does
+    not fit the declared output type."""
+
+
+class RunAlreadyExists(LegatoError):
+    """``start(run_id=...)`` with the id of an existing run."""
 
 
 class RunNotFound(LegatoError):

@@ -28,7 +28,7 @@ from legato.engine.deploy import deploy_workflows
 from legato.engine.loops import Loop, Wakeups
 from legato.engine.maintenance import MaintenanceLoop
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
-from legato.engine.worker import Worker
+from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.flow import App
 
 log = logging.getLogger("legato")
@@ -60,6 +60,7 @@ class Runtime:
         lease: timedelta = timedelta(seconds=30),
         poll_interval: float = 1.0,
         grace_period: float = 30.0,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
         self.engine = engine
         self.app = app
@@ -95,6 +96,7 @@ class Runtime:
                 lease=lease,
                 poll_interval=poll_interval,
                 grace_period=grace_period,
+                max_output_bytes=max_output_bytes,
             )
             self.loops.append(self.worker)
         if roles.timer:

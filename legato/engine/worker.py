@@ -27,7 +27,16 @@ from legato.engine.decider.model import TaskError
 from legato.engine.loops import Loop, Wakeups
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks
+from legato.errors import ConfigurationError, InvalidOutput, OutputTooLarge
 from legato.flow import App, TaskDefinition
+from legato.limits import (
+    MAX_ERROR_MESSAGE_CHARS,
+    MAX_TRACEBACK_CHARS,
+    clean_text,
+    json_problem,
+    json_size,
+    truncated,
+)
 from legato.schema import TaskState
 
 log = logging.getLogger("legato.worker")
@@ -37,14 +46,57 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+# The same limit as a run's input (Client(max_payload_bytes=...)).
+DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
+
+
 def error_of(exc: BaseException, retryable: bool) -> TaskError:
-    """How a task's exception is recorded: its type, message and traceback."""
+    """How a task's exception is recorded: its type, message and traceback.
+
+    Never raises, whatever the exception does: a report that cannot be built would
+    hold the attempt's worker slot forever. The message and traceback are capped (the
+    error is stored with the attempt, in history and on the failed run) and made
+    encodable (a lone surrogate would make PostgreSQL refuse the whole report batch).
+    """
+    name = type(exc).__qualname__
+    try:
+        message = str(exc) or name
+    except Exception as broken:
+        message = f"{name} (its __str__ raised {type(broken).__qualname__})"
+    try:
+        trace = "".join(traceback.format_exception(exc))
+    except Exception:
+        trace = None
     return TaskError(
-        type=type(exc).__qualname__,
-        message=str(exc) or type(exc).__qualname__,
+        type=name,
+        message=truncated(clean_text(message), MAX_ERROR_MESSAGE_CHARS),
         retryable=retryable,
-        traceback="".join(traceback.format_exception(exc))[-8000:],
+        traceback=None
+        if trace is None
+        else truncated(clean_text(trace), MAX_TRACEBACK_CHARS, keep="tail"),
     )
+
+
+def output_error(output: JsonValue, max_output_bytes: int) -> TaskError | None:
+    """Why a task's JSON return value cannot be stored, or None. Not retryable: the
+    same code returns the same value again."""
+    problem = json_problem(output)
+    if problem is not None:
+        return TaskError(
+            type=InvalidOutput.__name__,
+            message=f"the task's return value is not storable JSON: {problem}",
+            retryable=False,
+        )
+    size = json_size(output)
+    if size > max_output_bytes:
+        return TaskError(
+            type=OutputTooLarge.__name__,
+            message=f"the task returned {size} bytes of JSON, over the {max_output_bytes}-byte "
+            "limit (max_output_bytes of the Worker or Runtime): store large results "
+            "elsewhere and return a reference",
+            retryable=False,
+        )
+    return None
 
 
 @dataclass
@@ -74,6 +126,7 @@ class Worker(Loop):
         flush_interval: float = 0.002,
         grace_period: float = 30.0,
         worker_id: str | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         super().__init__(
@@ -81,6 +134,11 @@ class Worker(Loop):
         )
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not isinstance(max_output_bytes, int) or max_output_bytes < 1:
+            raise ConfigurationError(
+                f"max_output_bytes={max_output_bytes!r} must be a positive int of bytes"
+            )
+        self.max_output_bytes = max_output_bytes
         self.engine = engine
         self.app = app
         self.queues = queues
@@ -167,6 +225,10 @@ class Worker(Loop):
                 error = error_of(exc, definition.is_retryable(exc))
         except Exception as exc:
             error = error_of(exc, definition.is_retryable(exc))
+        if error is None:
+            error = output_error(output, self.max_output_bytes)
+            if error is not None:
+                output = None
         if flight.lost:
             self._inflight.pop(item.task_id, None)
             return

@@ -33,6 +33,7 @@ from legato.flow.spec import (
     FailureInfo as FailureInfo,
 )
 from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition, adapter_for
+from legato.limits import check_type
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -566,6 +567,7 @@ class App:
         pending = list(workflows)
         while pending:
             wf = pending.pop(0)
+            check_type("each workflow passed to App()", wf, WorkflowDefinition, SpecError)
             seen = found.get(wf.name)
             if seen is not None:
                 if seen is not wf and seen.spec_hash != wf.spec_hash:

@@ -15,17 +15,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from legato.errors import SpecError as SpecError
+from legato.limits import check_name
 
 SPEC_FORMAT = 1
 INPUT_NODE_ID = "$input"
 HANDLER_NODE_ID = "$on_failure"
 
 JsonScalar = str | int | float | bool | None
-
-
-class SpecError(ValueError):
-    """A workflow that cannot be compiled; the message names the workflow and the node."""
 
 
 class FailureInfo(BaseModel):
@@ -42,6 +41,26 @@ class FailureInfo(BaseModel):
 
 class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, /, **data: object) -> None:
+        # pydantic wraps what a validator raises (check_spec's SpecError included) in a
+        # ValidationError; users get the SpecError, or one naming the bad field.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _spec_error(type(self).__name__, data, exc) from None
+
+
+def _spec_error(model: str, data: Mapping[str, object], exc: ValidationError) -> SpecError:
+    for error in exc.errors():
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, SpecError):
+            return cause
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "value"
+    name = data.get("id", data.get("name"))
+    label = f"{model} {name!r}" if isinstance(name, str) else model
+    return SpecError(f"{label}: {where}: {first['msg']} (got {first.get('input')!r})")
 
 
 class RetrySpec(_Spec):
@@ -200,6 +219,7 @@ def canonical_json(value: JsonValue) -> str:
 
 def check_spec(spec: WorkflowSpec) -> None:
     """Reject duplicate ids, unknown references and tasks, cycles and an empty workflow."""
+    check_name("workflow name", spec.name, SpecError)
     where = f"workflow {spec.name!r}"
     if not spec.nodes:
         raise SpecError(f"{where} is empty: it has no nodes")
@@ -209,6 +229,11 @@ def check_spec(spec: WorkflowSpec) -> None:
             raise SpecError(f"{where}: duplicate node name {node.id!r}")
         if node.id.startswith("$"):
             raise SpecError(f"{where}: node name {node.id!r} may not start with '$'")
+        check_name(f"{where}: node name", node.id, SpecError)
+        if isinstance(node, EventNodeSpec):
+            check_name(f"{where}: node {node.id!r}: event name", node.event, SpecError)
+        if isinstance(node, ChildNodeSpec):
+            check_name(f"{where}: node {node.id!r}: child workflow", node.workflow, SpecError)
         ids.add(node.id)
     by_id = {n.id: n for n in spec.nodes}
     for node in spec.nodes:
@@ -239,6 +264,8 @@ def check_spec(spec: WorkflowSpec) -> None:
     for name, task in spec.tasks.items():
         if task.name != name:
             raise SpecError(f"{where}: task registered as {name!r} is named {task.name!r}")
+        check_name(f"{where}: task name", task.name, SpecError)
+        check_name(f"{where}: task {task.name!r}: queue", task.queue, SpecError)
     if spec.on_failure is not None and spec.on_failure not in spec.tasks:
         raise SpecError(f"{where}: failure handler uses unknown task {spec.on_failure!r}")
     if spec.output != INPUT_NODE_ID and spec.output not in by_id:

@@ -17,7 +17,9 @@ from typing import Generic, TypeVar, overload
 from pydantic import JsonValue, TypeAdapter
 
 from legato.context import TaskCancelled, TaskContext
+from legato.errors import TaskDefinitionError as TaskDefinitionError
 from legato.flow.spec import RetrySpec, TaskSpec, TimeoutSpec
+from legato.limits import MAX_PRIORITY, check_name, check_timeout
 
 R_co = TypeVar("R_co", covariant=True)
 A1_contra = TypeVar("A1_contra", contravariant=True)
@@ -31,10 +33,6 @@ A2 = TypeVar("A2")
 A3 = TypeVar("A3")
 A4 = TypeVar("A4")
 A5 = TypeVar("A5")
-
-
-class TaskDefinitionError(TypeError):
-    """A task function that cannot be registered; the message names the function."""
 
 
 class TaskArgumentsError(ValueError):
@@ -59,6 +57,9 @@ class Retry:
     retry_on: tuple[type[BaseException], ...] = (Exception,)
     dont_retry_on: tuple[type[BaseException], ...] = ()
 
+    def __post_init__(self) -> None:
+        _check_retry(self)
+
     def to_spec(self) -> RetrySpec:
         return RetrySpec(
             attempts=self.attempts,
@@ -67,6 +68,37 @@ class Retry:
             max_interval=self.max_backoff.total_seconds(),
             jitter=self.jitter,
         )
+
+
+def _check_retry(retry: Retry) -> None:
+    def fail(option: str, rule: str) -> TaskDefinitionError:
+        value = getattr(retry, option)
+        return TaskDefinitionError(f"Retry({option}={value!r}): {option} {rule}")
+
+    if not _is_int(retry.attempts) or retry.attempts < 1:
+        raise fail("attempts", "must be an int >= 1 (1 means no retry)")
+    for option in ("backoff", "max_backoff"):
+        value = getattr(retry, option)
+        if not isinstance(value, timedelta) or value < timedelta(0):
+            raise fail(option, "must be a datetime.timedelta >= 0")
+    if not _is_number(retry.multiplier) or not 1 <= retry.multiplier < float("inf"):
+        raise fail("multiplier", "must be a finite number >= 1")
+    if not _is_number(retry.jitter) or not 0 <= retry.jitter <= 1:
+        raise fail("jitter", "must be a fraction between 0 and 1")
+    for option in ("retry_on", "dont_retry_on"):
+        value = getattr(retry, option)
+        if not isinstance(value, tuple) or not all(
+            isinstance(c, type) and issubclass(c, BaseException) for c in value
+        ):
+            raise fail(option, "must be a tuple of exception classes")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def adapter_for(tp: object) -> TypeAdapter[object]:
@@ -94,15 +126,27 @@ class TaskDefinition:
         start_to_close: timedelta | None,
         heartbeat: timedelta | None,
     ) -> None:
+        label = f"task {getattr(fn, '__qualname__', repr(fn))}"
         self.fn = fn
-        self.name = name
-        self.queue = queue
-        self.priority = priority
-        self.retry = retry
-        self.schedule_to_start = schedule_to_start
-        self.start_to_close = start_to_close
-        self.heartbeat = heartbeat
         self.param_types, self.return_type = _inspect_task(fn)
+        self.name = check_name(f"{label}: name", name, TaskDefinitionError)
+        self.queue = check_name(f"{label}: queue", queue, TaskDefinitionError)
+        if not _is_int(priority) or abs(priority) > MAX_PRIORITY:
+            raise TaskDefinitionError(
+                f"{label}: priority {priority!r} must be an int between "
+                f"-{MAX_PRIORITY} and {MAX_PRIORITY}"
+            )
+        self.priority = priority
+        if not isinstance(retry, Retry):
+            raise TaskDefinitionError(f"{label}: retry={retry!r} must be a legato.Retry")
+        self.retry = retry
+        self.schedule_to_start = check_timeout(
+            f"{label}: schedule_to_start", schedule_to_start, TaskDefinitionError
+        )
+        self.start_to_close = check_timeout(
+            f"{label}: start_to_close", start_to_close, TaskDefinitionError
+        )
+        self.heartbeat = check_timeout(f"{label}: heartbeat", heartbeat, TaskDefinitionError)
         self._params = tuple(adapter_for(t) for t in self.param_types)
         self._result = adapter_for(self.return_type)
         self.spec = TaskSpec(
@@ -251,11 +295,12 @@ class _TaskDecorator:
         self, fn: Callable[[TaskContext, A1, A2, A3, A4, A5], Awaitable[R]], /
     ) -> Task5[A1, A2, A3, A4, A5, R]: ...
     def __call__(self, fn: Callable[..., Awaitable[object]], /) -> TaskDefinition:
-        name = self.name or getattr(fn, "__name__", "")
-        if not name:
-            raise TaskDefinitionError(f"task {fn!r}: needs a name")
+        name = self.name if self.name is not None else getattr(fn, "__name__", "")
         # Arity decides the class; the overloads above give mypy the precise type.
-        arity = len(inspect.signature(fn).parameters) - 1
+        try:
+            arity = len(inspect.signature(fn).parameters) - 1
+        except (TypeError, ValueError):
+            arity = -1  # not a function: TaskDefinition says so, naming it
         cls = _CLASSES[arity] if 0 <= arity < len(_CLASSES) else TaskDefinition
         return cls(
             fn,
@@ -282,11 +327,11 @@ def task(
     """Register an async function ``(ctx: TaskContext, *inputs) -> R`` as a task.
 
     Every parameter after the context and the return type must be annotated
-    with a pydantic model or a JSON-able type; otherwise this raises
-    :class:`TaskDefinitionError` naming the function.
+    with a pydantic model or a JSON-able type; otherwise, or when an option is out
+    of range (a name or queue breaking the name rules, a timeout that is not a
+    positive ``timedelta``), this raises :class:`TaskDefinitionError` naming the
+    function and the option.
     """
-    if retry is not None and retry.attempts < 1:
-        raise ValueError("Retry.attempts must be >= 1")
     return _TaskDecorator(
         name=name,
         queue=queue,

@@ -1,0 +1,185 @@
+"""The limits every user-supplied value meets before it is stored; pure functions.
+
+Names (workflows, tasks, queues, events, nodes) are looked up through btree indexes,
+whose rows PostgreSQL caps at about 2.7 kB: a longer name would be accepted, then
+fail on every write of the run. Idempotency keys are part of a primary key for the
+same reason. JSON payloads must be what PostgreSQL's ``jsonb`` accepts (no NaN or
+infinities, no lone surrogates) and shallow enough to serialise without exhausting
+Python's or the server's stack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import timedelta
+
+from pydantic import JsonValue
+
+from legato.errors import LegatoError
+
+MAX_NAME_LENGTH = 200
+MAX_IDEMPOTENCY_KEY_BYTES = 512
+MAX_JSON_DEPTH = 100
+MAX_ERROR_MESSAGE_CHARS = 4_000
+MAX_TRACEBACK_CHARS = 8_000
+# The largest value of the int4 ``priority`` columns.
+MAX_PRIORITY = 2**31 - 1
+
+ErrorType = Callable[[str], LegatoError]
+
+
+def _first_unprintable(value: str) -> str | None:
+    # str.isprintable() is False for control, format, surrogate, private-use and
+    # unassigned characters and for every separator but the ASCII space.
+    if value.isprintable():
+        return None
+    return next(ch for ch in value if not ch.isprintable())
+
+
+def name_problem(value: object, max_length: int = MAX_NAME_LENGTH) -> str | None:
+    """Why ``value`` cannot be a name, or None: a non-empty ``str`` of at most
+    ``max_length`` printable characters, without leading or trailing spaces."""
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value:
+        return "must not be empty"
+    if len(value) > max_length:
+        return f"is {len(value)} characters long, over the {max_length}-character limit"
+    bad = _first_unprintable(value)
+    if bad is not None:
+        return f"contains the unprintable character U+{ord(bad):04X}"
+    if value != value.strip():
+        return "must not start or end with a space"
+    return None
+
+
+def check_name(what: str, value: object, error: ErrorType) -> str:
+    """``value`` if it is a valid name, else raise ``error`` naming ``what`` and the value."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise error(f"{what} {_shown(value)} {problem}; {_NAME_RULE}")
+    assert isinstance(value, str)  # name_problem checked it
+    return value
+
+
+_NAME_RULE = f"names are 1 to {MAX_NAME_LENGTH} printable characters"
+
+
+def check_idempotency_key(value: object, error: ErrorType) -> str:
+    """``value`` if it is a valid idempotency key: a non-empty ``str`` of printable
+    characters, at most ``MAX_IDEMPOTENCY_KEY_BYTES`` bytes in UTF-8."""
+    rule = (
+        f"idempotency keys are non-empty strings of printable characters, "
+        f"at most {MAX_IDEMPOTENCY_KEY_BYTES} bytes in UTF-8"
+    )
+    if not isinstance(value, str):
+        raise error(f"idempotency key {_shown(value)} must be a string; {rule}")
+    if not value:
+        raise error(f"idempotency key {_shown(value)} is empty; {rule}")
+    bad = _first_unprintable(value)
+    if bad is not None:
+        raise error(
+            f"idempotency key {_shown(value)} contains the unprintable character "
+            f"U+{ord(bad):04X}; {rule}"
+        )
+    size = len(value.encode())
+    if size > MAX_IDEMPOTENCY_KEY_BYTES:
+        raise error(f"idempotency key {_shown(value)} is {size} bytes; {rule} (hash longer keys)")
+    return value
+
+
+def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why ``value`` cannot be stored as ``jsonb``, or None.
+
+    Walks iteratively, so a value nested a million deep is refused rather than
+    overflowing the stack. Accepts what ``json.dumps`` writes as standard JSON: dicts
+    with string keys, lists and tuples, strings, finite numbers, booleans and None.
+    """
+    stack: list[tuple[object, int, str]] = [(value, 1, "$")]
+    while stack:
+        item, depth, path = stack.pop()
+        if item is None or isinstance(item, bool | int):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{path} is {item}, which JSON cannot represent"
+            continue
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return f"{path} is a string with a lone surrogate, which is not valid Unicode"
+            continue
+        if depth > max_depth:
+            return f"nesting is deeper than {max_depth} levels (at {path})"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"{path} has the key {key!r}, which is not a string"
+                if _has_surrogate(key):
+                    return f"{path} has a key with a lone surrogate, which is not valid Unicode"
+                stack.append((child, depth + 1, f"{path}.{key[:40]}"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))
+        else:
+            return f"{path} is a {type(item).__name__}, which is not JSON"
+    return None
+
+
+def check_json(what: str, value: object, error: ErrorType) -> JsonValue:
+    """``value`` if it can be stored as ``jsonb``, else raise ``error`` naming ``what``."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise error(f"{what} is not storable JSON: {problem}")
+    return value  # type: ignore[return-value]  # json_problem walked every element
+
+
+def _has_surrogate(value: str) -> bool:
+    if value.isascii():
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def clean_text(value: str) -> str:
+    """``value`` with lone surrogates written as ``\\udxxx`` escapes, so it encodes."""
+    return value.encode("utf-8", "backslashreplace").decode() if _has_surrogate(value) else value
+
+
+def truncated(value: str, limit: int, *, keep: str = "head") -> str:
+    """``value`` cut to at most about ``limit`` characters with a marker saying how much
+    was dropped; ``keep="tail"`` keeps the end (the newest frames of a traceback)."""
+    if len(value) <= limit:
+        return value
+    marker = f"... [truncated {len(value) - limit} characters] ..."
+    return value[:limit] + marker if keep == "head" else marker + value[-limit:]
+
+
+def check_timeout(what: str, value: object, error: ErrorType) -> timedelta | None:
+    """``value`` if it is None or a positive ``timedelta``, else raise ``error``."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise error(f"{what} must be a datetime.timedelta, not {type(value).__name__} {value!r}")
+    if value <= timedelta(0):
+        raise error(f"{what} must be positive, got {value!r}; omit it for no timeout")
+    return value
+
+
+def check_type(what: str, value: object, expected: type[object], error: ErrorType) -> None:
+    """Raise ``error`` unless ``value`` is an instance of ``expected``."""
+    if not isinstance(value, expected):
+        raise error(f"{what} must be a {expected.__name__}, not {type(value).__name__} {value!r}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:50]}...{text[-6:]} ({len(text)} chars)"
+
+
+def json_size(value: JsonValue) -> int:
+    """Bytes of ``value``'s compact JSON (how payload and output limits are measured)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
