@@ -7,9 +7,8 @@ day the typing goes slack and the mistake stops being reported.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
-from typing import assert_type
+from typing import Any, assert_type
 
 from pydantic import BaseModel
 
@@ -103,7 +102,7 @@ def signup(flow: Flow[Signup]) -> Node[Active]:
     names = flow.run(ids, user)
     assert_type(flow.map(shout, names, max_concurrency=2), Node[list[str]])
     sw = flow.switch(user, "user_id")
-    assert_type(sw, Switch)
+    assert_type(sw, Switch[Any])
     with sw.case("a"):
         a = flow.run(activate, user, confirmed)
     with sw.default():
@@ -145,7 +144,7 @@ def _miswired(flow: Flow[Signup], user: Node[User], order: Node[Order]) -> None:
     del bad
 
 
-def _not_a_list(flow: Flow[Signup], user: Node[User], many: Node[Sequence[str]]) -> None:
+def _not_a_list(flow: Flow[Signup], user: Node[User], many: Node[list[str]]) -> None:
     assert_type(flow.map(shout, many), Node[list[str]])
     flow.map(shout, user)  # type: ignore[arg-type]
 
