@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.db import check_database, create_engine, resolve_schema
 from legato.engine.decider.model import TaskError
-from legato.engine.deploy import deploy_workflows, store_version, with_children
+from legato.engine.deploy import deploy_workflows, store_version
 from legato.engine.repositories import (
     decide_queue,
     definitions,
@@ -222,7 +222,7 @@ class Client:
         key = (workflow.name, workflow.spec_hash)
         version = self._versions.get(key)
         if version is None:
-            for child in with_children(workflow.children.values()):
+            for child in App(workflow.children.values()).workflows.values():
                 await store_version(conn, child, deploy=False)
             version = await store_version(conn, workflow, deploy=False)
             self._versions[key] = version

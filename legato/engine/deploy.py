@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import definitions
-from legato.flow import WorkflowDefinition, resolve_version
+from legato.flow import App, WorkflowDefinition, resolve_version
 
 
 async def store_version(
@@ -34,23 +34,11 @@ async def store_version(
     return decision.version
 
 
-def with_children(workflows: Iterable[WorkflowDefinition]) -> list[WorkflowDefinition]:
-    """The workflows and, transitively, the child workflows they start."""
-    found: dict[str, WorkflowDefinition] = {}
-    pending = list(workflows)
-    while pending:
-        workflow = pending.pop()
-        if workflow.name not in found:
-            found[workflow.name] = workflow
-            pending.extend(workflow.children.values())
-    return list(found.values())
-
-
 async def deploy_workflows(
     conn: AsyncConnection, workflows: Iterable[WorkflowDefinition]
 ) -> dict[str, int]:
     """Store and mark deployed every workflow (children included); name -> version."""
     return {
         workflow.name: await store_version(conn, workflow, deploy=True)
-        for workflow in sorted(with_children(workflows), key=lambda w: w.name)
+        for workflow in sorted(App(workflows).workflows.values(), key=lambda w: w.name)
     }

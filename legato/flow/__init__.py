@@ -11,14 +11,10 @@ def signup(flow: Flow[Signup]) -> Node[Active]:
 ```
 """
 
-from legato.flow.builder import (
-    MISSING,
-    App,
-    FailureInfo,
-    Flow,
+from legato.flow.app import App
+from legato.flow.builder import MISSING, FailureInfo, Flow, Node, Switch
+from legato.flow.definition import (
     InputValidationError,
-    Node,
-    Switch,
     UnknownEventError,
     Workflow,
     WorkflowDefinition,

@@ -1,14 +1,18 @@
-"""The typed workflow builder: ``Flow``, ``Node[T]``, ``@workflow`` and ``App``."""
+"""The typed workflow builder: ``Flow``, ``Node[T]`` and ``Switch[V]``.
+
+``@workflow`` compiles a builder function (legato.flow.definition); ``App`` collects
+workflows (legato.flow.app).
+"""
 
 from __future__ import annotations
 
 import enum
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
@@ -32,13 +36,15 @@ from legato.flow.spec import (
 from legato.flow.spec import (
     FailureInfo as FailureInfo,
 )
-from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition, adapter_for
-from legato.limits import check_type
+from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition
+
+if TYPE_CHECKING:
+    from legato.flow.definition import Workflow, WorkflowDefinition
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 In = TypeVar("In")
-Out = TypeVar("Out")
+V = TypeVar("V")
 E = TypeVar("E")
 R = TypeVar("R")
 A1 = TypeVar("A1")
@@ -46,14 +52,6 @@ A2 = TypeVar("A2")
 A3 = TypeVar("A3")
 A4 = TypeVar("A4")
 A5 = TypeVar("A5")
-
-
-class InputValidationError(ValueError):
-    """A run input, event payload or output that does not fit its declared type."""
-
-
-class UnknownEventError(LookupError):
-    """A signal for an event no wait of the workflow declares."""
 
 
 class _Missing(enum.Enum):
@@ -75,8 +73,8 @@ class Node(Generic[T_co]):
         return f"Node({self.node_id!r})"
 
 
-class Switch:
-    """Branches on one value; nodes built inside ``with switch.case(v):`` run only on ``v``."""
+class Switch(Generic[V]):
+    """Branches on a value of type ``V``: nodes built in ``with sw.case(v):`` run only on ``v``."""
 
     def __init__(self, flow: Flow[object], node_id: str, field: str | None) -> None:
         self._flow = flow
@@ -86,7 +84,7 @@ class Switch:
         self._has_default = False
 
     @contextmanager
-    def case(self, value: JsonScalar | enum.Enum) -> Iterator[None]:
+    def case(self, value: V) -> Iterator[None]:
         """Nodes built in this block run only if the switched value equals ``value``."""
         raw = value.value if isinstance(value, enum.Enum) else value
         if not isinstance(raw, str | int | float | bool | None):
@@ -107,7 +105,7 @@ class Switch:
         with self._flow._guarded(GuardSpec(switch=self.node_id, case=DEFAULT_CASE)):
             yield
 
-    def __enter__(self) -> Switch:
+    def __enter__(self) -> Switch[V]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -116,6 +114,16 @@ class Switch:
     def _spec(self, base: SwitchNodeSpec) -> SwitchNodeSpec:
         cases = tuple(CaseSpec(label=k, value=v) for k, v in self._labels.items())
         return base.model_copy(update={"cases": cases, "has_default": self._has_default})
+
+
+class _Field:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _FieldProbe:
+    def __getattr__(self, name: str) -> _Field:
+        return _Field(name)
 
 
 def _case_label(value: JsonScalar) -> str:
@@ -128,7 +136,7 @@ class Flow(Generic[In]):
     def __init__(self, name: str, input_type: object) -> None:
         self.name = name
         self._nodes: list[NodeSpec] = []
-        self._switches: dict[str, Switch] = {}
+        self._switches: dict[str, Switch[object]] = {}
         self._ids: set[str] = set()
         self._guards: list[GuardSpec] = []
         self._tasks: dict[str, TaskDefinition] = {}
@@ -344,11 +352,29 @@ class Flow(Generic[In]):
         self._event_models.setdefault(event, []).append(model)
         return Node(self._erased(), node_id, model)
 
+    @overload
+    def switch(self, node: Node[T], field: None = ..., *, name: str | None = ...) -> Switch[T]: ...
+    @overload
     def switch(
-        self, node: Node[object], field: str | None = None, *, name: str | None = None
-    ) -> Switch:
-        """Branch on ``node``'s output (or its ``field``); use ``with sw.case(value): ...``."""
+        self, node: Node[T], field: Callable[[T], V], *, name: str | None = ...
+    ) -> Switch[V]: ...
+    @overload
+    def switch(self, node: Node[object], field: str, *, name: str | None = ...) -> Switch[Any]: ...
+    def switch(
+        self,
+        node: Node[object],
+        field: str | Callable[[Any], object] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Switch[Any]:
+        """Branch on ``node``'s output, or one field of it; use ``with sw.case(value): ...``.
+
+        ``field`` is a selector such as ``lambda o: o.status`` (mypy checks the field and
+        the case values) or the field's name.
+        """
         (ref,) = self._refs([node], "switch input")
+        if callable(field):
+            field = self._selected_field(node, field)
         if field is not None:
             tp = node.output_type
             fields = tp.model_fields if isinstance(tp, type) and issubclass(tp, BaseModel) else None
@@ -358,10 +384,23 @@ class Flow(Generic[In]):
                     f"the output type {getattr(tp, '__name__', tp)!r} has no field {field!r}"
                 )
         node_id = self._new_id(name, f"switch-{node.node_id}")
-        sw = Switch(self._erased(), node_id, field)
+        sw: Switch[Any] = Switch(self._erased(), node_id, field)
         self._switches[node_id] = sw
         self._add(SwitchNodeSpec(id=node_id, field=field, inputs=(ref,), guard=self._guard()))
         return sw
+
+    def _selected_field(self, node: Node[object], selector: Callable[[Any], object]) -> str:
+        # The selector is called once, on a probe that records the attribute it reads.
+        try:
+            picked = selector(_FieldProbe())
+        except AttributeError:
+            picked = None
+        if not isinstance(picked, _Field):
+            raise SpecError(
+                f"workflow {self.name!r}: switch on {node.node_id!r}: the selector must read "
+                f"one field of the output, like `lambda o: o.status`; got {selector!r}"
+            )
+        return picked.name
 
     def first_of(self, first: Node[T], /, *others: Node[T], name: str | None = None) -> Node[T]:
         """The output of the first input (in argument order) that completed; skips if all skip."""
@@ -375,7 +414,7 @@ class Flow(Generic[In]):
     def map(
         self,
         task: Task1[A1, R],
-        items: Node[Sequence[A1]],
+        items: Node[list[A1]],
         *,
         max_concurrency: int | None = None,
         name: str | None = None,
@@ -444,155 +483,3 @@ class Flow(Generic[In]):
         )
 
 
-class WorkflowDefinition:
-    """A compiled workflow, untyped view: what ``App`` and the runtime hold.
-
-    ``name``, ``spec`` (the compiled :class:`WorkflowSpec`), ``input_type`` and
-    ``output_type``, the ``tasks`` and ``children`` it uses, and validation of
-    inputs, event payloads and outputs.
-    """
-
-    def __init__(self, name: str, fn: Callable[..., object]) -> None:
-        self.name = name
-        try:
-            hints = typing.get_type_hints(fn)
-        except Exception as exc:
-            raise SpecError(f"workflow {name!r}: cannot resolve annotations: {exc}") from exc
-        flow_hint = next((v for k, v in hints.items() if k != "return"), None)
-        ret_hint = hints.get("return")
-        if typing.get_origin(flow_hint) is not Flow or typing.get_origin(ret_hint) is not Node:
-            raise SpecError(
-                f"workflow {name!r}: annotate the function as (flow: Flow[In]) -> Node[Out]"
-            )
-        self.input_type: object = typing.get_args(flow_hint)[0]
-        self.output_type: object = typing.get_args(ret_hint)[0]
-        flow: Flow[object] = Flow(name, self.input_type)
-        result = fn(flow)
-        if not isinstance(result, Node):
-            raise SpecError(f"workflow {name!r}: the function must return a node, got {result!r}")
-        if not flow._nodes:
-            raise SpecError(f"workflow {name!r} is empty: it has no nodes")
-        self.spec: WorkflowSpec = flow._compile(result)
-        self.tasks: Mapping[str, TaskDefinition] = dict(flow._tasks)
-        self.children: Mapping[str, WorkflowDefinition] = dict(flow._children)
-        self._events: Mapping[str, list[object]] = dict(flow._event_models)
-        self._input = adapter_for(self.input_type)
-        self._output = adapter_for(self.output_type)
-
-    @property
-    def spec_hash(self) -> str:
-        return self.spec.spec_hash
-
-    def validate_input(self, value: object) -> JsonValue:
-        """Validate a run input (a model instance or JSON) and return it as JSON."""
-        try:
-            parsed = self._input.validate_python(value)
-        except ValidationError as exc:
-            raise InputValidationError(f"workflow {self.name!r}: invalid input: {exc}") from exc
-        dumped: JsonValue = self._input.dump_python(parsed, mode="json")
-        return dumped
-
-    def parse_output(self, value: JsonValue) -> object:
-        """Decode a run's JSON output into the workflow's output type."""
-        try:
-            return self._output.validate_python(value)
-        except ValidationError as exc:
-            raise InputValidationError(f"workflow {self.name!r}: invalid output: {exc}") from exc
-
-    def validate_event(self, event: str, payload: object) -> JsonValue:
-        """Validate a signal payload against every wait for ``event``; return it as JSON.
-
-        Raises :class:`UnknownEventError` if the workflow never waits for ``event``
-        and :class:`InputValidationError` if the payload fails a wait's model.
-        """
-        models = self._events.get(event)
-        if not models:
-            raise UnknownEventError(
-                f"workflow {self.name!r} has no wait for event {event!r} "
-                f"(it waits for: {sorted(self._events) or 'nothing'})"
-            )
-        dumped: JsonValue = None
-        for model in models:
-            adapter = adapter_for(model)
-            try:
-                dumped = adapter.dump_python(adapter.validate_python(payload), mode="json")
-            except ValidationError as exc:
-                raise InputValidationError(
-                    f"workflow {self.name!r}: invalid payload for event {event!r}: {exc}"
-                ) from exc
-        return dumped
-
-    def __repr__(self) -> str:
-        return f"<workflow {self.name!r}>"
-
-
-class Workflow(WorkflowDefinition, Generic[In, Out]):
-    """A compiled workflow with its input and output types, made by ``@workflow``."""
-
-    def __init__(self, name: str, fn: Callable[[Flow[In]], Node[Out]]) -> None:
-        super().__init__(name, fn)
-        self.fn = fn
-
-    def parse_output(self, value: JsonValue) -> Out:
-        """Decode a run's JSON output into the workflow's output type."""
-        # The adapter was built from this workflow's ``Node[Out]`` return annotation.
-        return typing.cast(Out, super().parse_output(value))
-
-
-class _WorkflowDecorator:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, fn: Callable[[Flow[In]], Node[Out]]) -> Workflow[In, Out]:
-        return Workflow(self.name, fn)
-
-
-def workflow(name: str) -> _WorkflowDecorator:
-    """Compile ``(flow: Flow[In]) -> Node[Out]`` into a :class:`Workflow` named ``name``."""
-    if not name:
-        raise SpecError("a workflow needs a non-empty name")
-    return _WorkflowDecorator(name)
-
-
-class App:
-    """The workflows (and, collected from them, the tasks) a runtime serves.
-
-    Child workflows are included. Two different workflows or tasks with one name
-    are an error.
-    """
-
-    def __init__(self, workflows: Iterable[WorkflowDefinition] = ()) -> None:
-        found: dict[str, WorkflowDefinition] = {}
-        tasks: dict[str, TaskDefinition] = {}
-        pending = list(workflows)
-        while pending:
-            wf = pending.pop(0)
-            check_type("each workflow passed to App()", wf, WorkflowDefinition, SpecError)
-            seen = found.get(wf.name)
-            if seen is not None:
-                if seen is not wf and seen.spec_hash != wf.spec_hash:
-                    raise SpecError(f"two different workflows are named {wf.name!r}")
-                continue
-            found[wf.name] = wf
-            for t in wf.tasks.values():
-                other = tasks.get(t.name)
-                if other is not None and other is not t:
-                    raise SpecError(f"two different tasks are named {t.name!r}")
-                tasks[t.name] = t
-            pending.extend(wf.children.values())
-        self.workflows: Mapping[str, WorkflowDefinition] = found
-        self.tasks: Mapping[str, TaskDefinition] = tasks
-
-    def workflow(self, name: str) -> WorkflowDefinition:
-        try:
-            return self.workflows[name]
-        except KeyError:
-            raise LookupError(
-                f"unknown workflow {name!r}; known: {sorted(self.workflows)}"
-            ) from None
-
-    def task(self, name: str) -> TaskDefinition:
-        try:
-            return self.tasks[name]
-        except KeyError:
-            raise LookupError(f"unknown task {name!r}; known: {sorted(self.tasks)}") from None

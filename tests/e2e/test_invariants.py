@@ -98,7 +98,7 @@ async def test_bad_input_is_refused_and_writes_nothing(client: Client, engine: A
     with pytest.raises(UnknownWorkflow, match="nosuch"):
         await client.start("nosuch", {})
     with pytest.raises(InvalidInput, match="chain"):
-        await client.start(flows.chain, "not a number")  # type: ignore[misc]
+        await client.start(flows.chain, "not a number")  # type: ignore[arg-type]
     with pytest.raises(InvalidRunId, match="not a UUIDv7"):
         await client.start(flows.chain, 1, run_id=uuid.uuid4())
     from_2019 = uuid7(int(datetime(2019, 5, 1, tzinfo=UTC).timestamp() * 1000))

@@ -91,7 +91,7 @@ def test_switch_on_missing_field_names_the_node() -> None:
         @workflow("bad-switch")
         def bad(flow: Flow[User]) -> Node[Account]:
             account = flow.run(load_account, flow.input)
-            flow.switch(account, "tier")
+            flow.switch(account, "tier")  # type: ignore[attr-defined]
             return account
 
 

@@ -1,0 +1,65 @@
+"""``App``: the workflows a runtime serves, their child workflows and their tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from legato.flow.definition import WorkflowDefinition
+from legato.flow.spec import SpecError
+from legato.flow.tasks import TaskDefinition
+from legato.limits import check_type
+
+
+class App:
+    """The workflows (and, collected from them, the tasks) a runtime serves.
+
+    Child workflows are included. Two different workflows or tasks with one name
+    are an error.
+    """
+
+    def __init__(self, workflows: Iterable[WorkflowDefinition] = ()) -> None:
+        found = _with_children(workflows)
+        tasks: dict[str, TaskDefinition] = {}
+        for wf in found.values():
+            for t in wf.tasks.values():
+                other = tasks.get(t.name)
+                if other is not None and other is not t:
+                    raise SpecError(f"two different tasks are named {t.name!r}")
+                tasks[t.name] = t
+        self.workflows: Mapping[str, WorkflowDefinition] = found
+        self.tasks: Mapping[str, TaskDefinition] = tasks
+
+    def workflow(self, name: str) -> WorkflowDefinition:
+        try:
+            return self.workflows[name]
+        except KeyError:
+            raise LookupError(
+                f"unknown workflow {name!r}; known: {sorted(self.workflows)}"
+            ) from None
+
+    def task(self, name: str) -> TaskDefinition:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise LookupError(f"unknown task {name!r}; known: {sorted(self.tasks)}") from None
+
+
+def _with_children(workflows: Iterable[WorkflowDefinition]) -> dict[str, WorkflowDefinition]:
+    """``workflows`` and, transitively, the child workflows they start; name -> workflow.
+
+    Parents come before the children they start. Two different workflows (by spec)
+    with one name are an error.
+    """
+    found: dict[str, WorkflowDefinition] = {}
+    pending = list(workflows)
+    while pending:
+        wf = pending.pop(0)
+        check_type("each workflow passed to App()", wf, WorkflowDefinition, SpecError)
+        seen = found.get(wf.name)
+        if seen is not None:
+            if seen is not wf and seen.spec_hash != wf.spec_hash:
+                raise SpecError(f"two different workflows are named {wf.name!r}")
+            continue
+        found[wf.name] = wf
+        pending.extend(wf.children.values())
+    return found
