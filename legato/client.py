@@ -44,6 +44,7 @@ from legato.engine.repositories.run_events import HistoryEvent
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.tasks import TaskRow
 from legato.errors import (
+    ConfigurationError,
     InvalidInput,
     InvalidRunId,
     PayloadTooLarge,
@@ -53,7 +54,7 @@ from legato.errors import (
     UnknownWorkflow,
 )
 from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
-from legato.schema import RunStatus, uuid7
+from legato.schema import SCHEMA_PLACEHOLDER, RunStatus, uuid7
 from legato.schema.types import strip_nul
 
 In = TypeVar("In")
@@ -187,6 +188,7 @@ class Client:
         idempotency_key: str | None = None,
         run_id: uuid.UUID | None = None,
         start_at: datetime | None = None,
+        connection: AsyncConnection | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -198,6 +200,7 @@ class Client:
         idempotency_key: str | None = None,
         run_id: uuid.UUID | None = None,
         start_at: datetime | None = None,
+        connection: AsyncConnection | None = None,
     ) -> RunHandle[JsonValue]: ...
 
     async def start(
@@ -208,13 +211,16 @@ class Client:
         idempotency_key: str | None = None,
         run_id: uuid.UUID | None = None,
         start_at: datetime | None = None,
+        connection: AsyncConnection | None = None,
     ) -> RunHandle[Any]:
         """Start a run and return its handle.
 
         The input is validated by the workflow's input model. With an
         ``idempotency_key``, starting again (even concurrently) returns the same run.
         ``run_id`` must be a UUIDv7 inside an existing partition; ``start_at`` delays
-        the run's first decision.
+        the run's first decision. With ``connection`` (the caller's, in a transaction
+        the caller commits) the run, its idempotency key and its wake-up are written in
+        that transaction: the run exists if and only if the caller commits.
         """
         definition = self._definition(workflow)
         payload = self._validated_input(definition, workflow, input)
@@ -223,13 +229,15 @@ class Client:
         new_id = run_id or uuid7()
         name = definition.name if definition is not None else str(workflow)
         version = self._versions.get((name, definition.spec_hash)) if definition else None
+        if connection is not None and definition is not None:
+            version = await self._stored_version(definition)
         new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
-            async with self._autocommit() as conn:
+            async with self._on(connection, self._autocommit) as conn:
                 await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
-        async with self.engine.begin() as conn:
+        async with self._on(connection, self.engine.begin) as conn:
             if definition is not None:
                 version = await self._version_of(conn, definition)
             else:
@@ -253,12 +261,19 @@ class Client:
         return RunHandle(self, new_id, _typed(workflow))
 
     async def start_many(
-        self, workflow: Workflow[In, Out], inputs: Sequence[In]
+        self,
+        workflow: Workflow[In, Out],
+        inputs: Sequence[In],
+        *,
+        connection: AsyncConnection | None = None,
     ) -> list[RunHandle[Out]]:
-        """Start many runs of one workflow in one transaction (one round trip per table)."""
+        """Start many runs of one workflow in one transaction (one round trip per table);
+        with ``connection``, in the caller's transaction, as ``start``."""
         payloads = [self._validated_input(workflow, workflow, item) for item in inputs]
         ids = [uuid7() for _ in payloads]
-        async with self.engine.begin() as conn:
+        if connection is not None:
+            await self._stored_version(workflow)
+        async with self._on(connection, self.engine.begin) as conn:
             version = await self._version_of(conn, workflow)
             await self._start(
                 conn,
@@ -268,6 +283,40 @@ class Client:
                 ],
             )
         return [RunHandle(self, run_id, workflow) for run_id in ids]
+
+    async def _stored_version(self, workflow: WorkflowDefinition) -> int:
+        """The spec's version, stored in a transaction of the client's own: a version
+        written in the caller's transaction would be remembered by this client even if
+        the caller rolled it back. Storing a version is idempotent and harmless."""
+        async with self.engine.begin() as conn:
+            return await self._version_of(conn, workflow)
+
+    @contextlib.asynccontextmanager
+    async def _on(
+        self,
+        connection: AsyncConnection | None,
+        own: Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]],
+    ) -> AsyncIterator[AsyncConnection]:
+        """The caller's connection, pointed at Legato's schema for the duration (and put
+        back as it was), or one of the client's own from ``own``."""
+        if connection is None:
+            async with own() as conn:
+                yield conn
+            return
+        if connection.dialect.driver != "asyncpg":
+            raise ConfigurationError(
+                f"connection= must be an asyncpg connection (postgresql+asyncpg://), "
+                f"got driver {connection.dialect.driver!r}"
+            )
+        sync = connection.sync_connection
+        before = None if sync is None else sync.get_execution_options().get("schema_translate_map")
+        await connection.execution_options(
+            schema_translate_map={**(before or {}), SCHEMA_PLACEHOLDER: self.schema}
+        )
+        try:
+            yield connection
+        finally:
+            await connection.execution_options(schema_translate_map=before)
 
     async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
         await runs.start_runs(conn, new_runs, "started")
