@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -127,3 +129,16 @@ async def test_run_task_with_a_cancelled_or_later_attempt_context() -> None:
     assert await run_task(long_job, 1, ctx=task_context(attempt=3)) == 4
     with pytest.raises(TaskCancelled):
         await run_task(long_job, 1, ctx=task_context(cancelled=True))
+
+
+async def test_the_in_memory_examples_of_docs_testing_md_pass() -> None:
+    doc = Path(__file__).parents[2] / "docs" / "testing.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    in_memory = [b for b in blocks if "legato.testing import" in b]
+    assert len(in_memory) == 2
+    namespace: dict[str, object] = {"__name__": "testing_doc"}
+    exec(compile("\n".join([*in_memory, blocks[1]]), str(doc), "exec"), namespace)
+    tests = [f for name, f in namespace.items() if name.startswith("test_")]
+    assert len(tests) == 4
+    for test in tests:
+        await test()  # type: ignore[operator]
