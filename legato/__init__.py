@@ -40,6 +40,7 @@ from legato.flow import (
 )
 from legato.runtime import Roles, Runtime
 from legato.schema import RunStatus, TaskState, uuid7
+from legato.sync import SyncClient, SyncRunHandle
 
 __all__ = [
     "App",
@@ -69,6 +70,8 @@ __all__ = [
     "Runtime",
     "SpecError",
     "Switch",
+    "SyncClient",
+    "SyncRunHandle",
     "TaskCancelled",
     "TaskContext",
     "TaskDefinitionError",

@@ -57,7 +57,7 @@ from legato.errors import (
 )
 from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
 from legato.limits import check_idempotency_key, check_json, check_name, json_size
-from legato.schema import RunStatus, uuid7
+from legato.schema import SCHEMA_PLACEHOLDER, RunStatus, uuid7
 from legato.schema.types import strip_nul
 
 In = TypeVar("In")
@@ -239,6 +239,7 @@ class Client:
         idempotency_key: str | None = None,
         run_id: RunId | None = None,
         start_at: datetime | None = None,
+        connection: AsyncConnection | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -250,6 +251,7 @@ class Client:
         idempotency_key: str | None = None,
         run_id: RunId | None = None,
         start_at: datetime | None = None,
+        connection: AsyncConnection | None = None,
     ) -> RunHandle[JsonValue]: ...
 
     async def start(
@@ -260,6 +262,7 @@ class Client:
         idempotency_key: str | None = None,
         run_id: RunId | None = None,
         start_at: datetime | None = None,
+        connection: AsyncConnection | None = None,
     ) -> RunHandle[Any]:
         """Start a run and return its handle.
 
@@ -269,7 +272,10 @@ class Client:
         ``idempotency_key``, starting again (even concurrently) returns the same run.
         ``run_id`` (a ``uuid.UUID`` or UUID string) must be a UUIDv7 inside an existing
         partition and not already used (``RunAlreadyExists``); ``start_at`` (a
-        timezone-aware datetime) delays the run's first decision.
+        timezone-aware datetime) delays the run's first decision. With ``connection``
+        (the caller's, in a transaction the caller commits) the run, its idempotency key
+        and its wake-up are written in that transaction: the run exists if and only if
+        the caller commits.
         """
         name, definition = self._target(workflow)
         payload = self._validated_input(definition, name, input)
@@ -288,7 +294,7 @@ class Client:
         new_id = given_id or uuid7()
         try:
             return await self._start_one(
-                workflow, name, definition, payload, new_id, idempotency_key, start_at
+                workflow, name, definition, payload, new_id, idempotency_key, start_at, connection
             )
         except IntegrityError:
             if given_id is None or await self._read(lambda c: runs.get(c, given_id)) is None:
@@ -307,16 +313,19 @@ class Client:
         new_id: uuid.UUID,
         idempotency_key: str | None,
         start_at: datetime | None,
+        connection: AsyncConnection | None,
     ) -> RunHandle[Any]:
         own = definition if isinstance(workflow, WorkflowDefinition) else None
         version = self._versions.get((name, own.spec_hash)) if own is not None else None
+        if connection is not None and own is not None:
+            version = await self._stored_version(own)
         new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
-            async with self._autocommit() as conn:
+            async with self._on(connection, self._autocommit) as conn:
                 await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
-        async with self.engine.begin() as conn:
+        async with self._on(connection, self.engine.begin) as conn:
             if own is not None:
                 version = await self._version_of(conn, own)
             else:
@@ -341,9 +350,14 @@ class Client:
         return RunHandle(self, new_id, _typed(workflow))
 
     async def start_many(
-        self, workflow: Workflow[In, Out], inputs: Sequence[In]
+        self,
+        workflow: Workflow[In, Out],
+        inputs: Sequence[In],
+        *,
+        connection: AsyncConnection | None = None,
     ) -> list[RunHandle[Out]]:
-        """Start many runs of one workflow in one transaction (one round trip per table)."""
+        """Start many runs of one workflow in one transaction (one round trip per table);
+        with ``connection``, in the caller's transaction, as ``start``."""
         if not isinstance(workflow, WorkflowDefinition):
             raise InvalidArgument(
                 f"start_many() takes a Workflow object, not {workflow!r} "
@@ -362,7 +376,9 @@ class Client:
         if not payloads:
             return []
         ids = [uuid7() for _ in payloads]
-        async with self.engine.begin() as conn:
+        if connection is not None:
+            await self._stored_version(workflow)
+        async with self._on(connection, self.engine.begin) as conn:
             version = await self._version_of(conn, workflow)
             await self._start(
                 conn,
@@ -372,6 +388,40 @@ class Client:
                 ],
             )
         return [RunHandle(self, run_id, workflow) for run_id in ids]
+
+    async def _stored_version(self, workflow: WorkflowDefinition) -> int:
+        """The spec's version, stored in a transaction of the client's own: a version
+        written in the caller's transaction would be remembered by this client even if
+        the caller rolled it back. Storing a version is idempotent and harmless."""
+        async with self.engine.begin() as conn:
+            return await self._version_of(conn, workflow)
+
+    @contextlib.asynccontextmanager
+    async def _on(
+        self,
+        connection: AsyncConnection | None,
+        own: Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]],
+    ) -> AsyncIterator[AsyncConnection]:
+        """The caller's connection, pointed at Legato's schema for the duration (and put
+        back as it was), or one of the client's own from ``own``."""
+        if connection is None:
+            async with own() as conn:
+                yield conn
+            return
+        if connection.dialect.driver != "asyncpg":
+            raise ConfigurationError(
+                f"connection= must be an asyncpg connection (postgresql+asyncpg://), "
+                f"got driver {connection.dialect.driver!r}"
+            )
+        sync = connection.sync_connection
+        before = None if sync is None else sync.get_execution_options().get("schema_translate_map")
+        await connection.execution_options(
+            schema_translate_map={**(before or {}), SCHEMA_PLACEHOLDER: self.schema}
+        )
+        try:
+            yield connection
+        finally:
+            await connection.execution_options(schema_translate_map=before)
 
     async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
         await runs.start_runs(conn, new_runs, "started")

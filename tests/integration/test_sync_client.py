@@ -1,0 +1,71 @@
+"""SyncClient: blocking calls from many threads at once, all on one private loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from examples.signup import Active, Confirmed, Signup, app, signup
+from legato import InvalidInput, RunFailed, RunNotFound, RunStatus, Runtime, SyncClient
+from legato.schema import uuid7
+
+THREADS = 8
+
+
+def _signup_in_a_thread(client: SyncClient, barrier: threading.Barrier, n: int) -> Active:
+    barrier.wait()  # every thread calls at the same moment
+    email = f"user{n}@example.com"
+    handle = client.start(signup, Signup(email=email), idempotency_key=f"signup:{email}")
+    assert client.start(signup, Signup(email=email), idempotency_key=f"signup:{email}").run_id == (
+        handle.run_id
+    )
+    client.signal(handle.run_id, "signup.confirmed", Confirmed(code=f"code{n}"))
+    return handle.result(timeout=60)
+
+
+async def test_the_sync_client_serves_eight_threads_at_once(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    loop = asyncio.get_running_loop()
+    async with Runtime(engine, app, poll_interval=0.2):
+        client = await asyncio.to_thread(SyncClient, database_url, app=app)
+        try:
+            barrier = threading.Barrier(THREADS)
+            with ThreadPoolExecutor(THREADS) as pool:
+                results = await asyncio.gather(
+                    *(
+                        loop.run_in_executor(pool, _signup_in_a_thread, client, barrier, n)
+                        for n in range(THREADS)
+                    )
+                )
+            assert [r.confirmation for r in results] == [f"code{n}" for n in range(THREADS)]
+            assert all(isinstance(r, Active) for r in results)
+            page = await asyncio.to_thread(client.list_runs, workflow="signup", limit=100)
+            assert len(page.runs) == THREADS
+            assert {run.status for run in page.runs} == {RunStatus.SUCCEEDED}
+        finally:
+            await asyncio.to_thread(client.close)
+
+
+async def test_the_sync_client_raises_the_async_clients_errors(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    def scenario() -> None:
+        with SyncClient(database_url, app=app) as client:
+            with pytest.raises(InvalidInput, match="email"):
+                client.start("signup", {"mail": "x"})
+            with pytest.raises(RunNotFound):
+                client.get_run(uuid7())
+            handle = client.start(signup, Signup(email="ada@example.com"))
+            client.cancel(handle.run_id)
+            with pytest.raises(RunFailed, match="cancelled"):
+                handle.result(timeout=60)
+        with pytest.raises(RuntimeError, match="closed"):
+            client.get_run(handle.run_id)
+
+    async with Runtime(engine, app, poll_interval=0.2):
+        await asyncio.to_thread(scenario)
