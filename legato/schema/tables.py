@@ -43,9 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.schema import SchemaItem
 
-from legato.engine.decider.model import TaskError
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.types import JSON_VALUE, PydanticJSONB, TextEnum
+from legato.schema.values import TaskError
 
 SCHEMA_PLACEHOLDER = "legato"
 
