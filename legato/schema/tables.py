@@ -137,7 +137,6 @@ class WorkflowDefinitionsColumns(TableColumns):
     deployed: Column[bool] = Column(Boolean, nullable=False, server_default=false())
     created_at = time_col(nullable=False, now_default=True)
     deployed_at = time_col()
-    deleted_at = time_col()
 
 
 WorkflowDefinitions = WorkflowDefinitionsColumns(
@@ -338,15 +337,13 @@ class TimersColumns(TableColumns):
     attempt = int_col()
     kind: Column[TimerKind] = enum_col(TimerKind)
     due_at = time_col(nullable=False)
-    claimed_at = time_col()
 
 
 Timers = TimersColumns(
     "timers",
     PrimaryKeyConstraint("fire_at", "id"),
     enum_check("kind", TimerKind),
-    # The timer loop's claim: unclaimed timers by fire time.
-    Index("ix_timers_unclaimed", "fire_at", postgresql_where=text("claimed_at IS NULL")),
+    # The timer loop's claim (due timers by fire time) is served by the primary key.
     postgresql_partition_by="RANGE (fire_at)",
 )
 """Sleeps, event timeouts and task timeouts; PARTITION BY RANGE (fire_at), daily."""
