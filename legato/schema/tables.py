@@ -387,7 +387,7 @@ class OutboxColumns(TableColumns):
 Outbox = OutboxColumns(
     "outbox",
     PrimaryKeyConstraint("id"),
-    # The relay: deliverable rows only; published and dead-lettered rows leave the index.
+    # Reserved for a future delivery process (nothing writes the table yet).
     Index(
         "ix_outbox_deliverable",
         "next_attempt_at",
@@ -400,7 +400,8 @@ Outbox = OutboxColumns(
         postgresql_where=text("dead_lettered_at IS NOT NULL"),
     ),
 )
-"""Run lifecycle events for delivery to webhooks, with a dead letter."""
+"""Reserved: no code writes or reads it yet (docs/schema.md); kept so that delivering run
+lifecycle events can be added without migrating a busy table."""
 
 
 class SchemaVersionColumns(TableColumns):

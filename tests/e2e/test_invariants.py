@@ -1,4 +1,4 @@
-"""DESIGN §5 invariants that need no extra processes: fencing, idempotency, bad input,
+"""Engine invariants (docs/architecture.md) that need no extra processes: fencing, idempotency, bad input,
 graceful shutdown."""
 
 from __future__ import annotations
