@@ -1,4 +1,4 @@
-"""The signup workflow of DESIGN §4: create the user, wait for the confirmation, activate.
+"""The signup workflow of the README: create the user, wait for the confirmation, activate.
 
 ```
 legato dev --app examples.signup:app          # runs every loop on an embedded PostgreSQL

@@ -3,44 +3,114 @@
 Write tasks and workflows with :func:`task` and :func:`workflow`, collect them in an
 :class:`App`, run the loops with :class:`Runtime` (or ``legato dev`` / ``legato
 decider`` / ``legato worker``), and drive runs with :class:`Client`.
+
+Names are loaded on first use (PEP 562), so ``import legato.engine.decider`` does not
+load SQLAlchemy, the client or the worker.
 """
 
-from legato.client import Client, RunDetails, RunHandle, RunPage
-from legato.context import TaskCancelled, TaskContext
-from legato.db import create_engine
-from legato.errors import (
-    ConfigurationError,
-    IncompatibleDatabase,
-    InvalidArgument,
-    InvalidInput,
-    InvalidOutput,
-    InvalidRunId,
-    LegatoError,
-    OutputTooLarge,
-    PayloadTooLarge,
-    RunAlreadyExists,
-    RunFailed,
-    RunFinished,
-    RunNotFound,
-    UnknownWorkflow,
-)
-from legato.flow import (
-    App,
-    FailureInfo,
-    Flow,
-    Node,
-    Retry,
-    SpecError,
-    Switch,
-    TaskDefinitionError,
-    Workflow,
-    WorkflowSpec,
-    task,
-    workflow,
-)
-from legato.runtime import Roles, Runtime
-from legato.schema import RunStatus, TaskState, uuid7
-from legato.sync import SyncClient, SyncRunHandle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from legato.client import (
+        Client,
+        RunDetails,
+        RunHandle,
+        RunPage,
+    )
+    from legato.context import (
+        TaskCancelled,
+        TaskContext,
+    )
+    from legato.db import create_engine
+    from legato.errors import (
+        ConfigurationError,
+        IncompatibleDatabase,
+        InvalidArgument,
+        InvalidInput,
+        InvalidOutput,
+        InvalidRunId,
+        LegatoError,
+        OutputTooLarge,
+        PayloadTooLarge,
+        RunAlreadyExists,
+        RunFailed,
+        RunFinished,
+        RunNotFound,
+        UnknownWorkflow,
+    )
+    from legato.flow import (
+        App,
+        FailureInfo,
+        Flow,
+        Node,
+        Retry,
+        SpecError,
+        Switch,
+        TaskDefinitionError,
+        Workflow,
+        WorkflowSpec,
+        task,
+        workflow,
+    )
+    from legato.runtime import (
+        Roles,
+        Runtime,
+    )
+    from legato.schema import (
+        RunStatus,
+        TaskState,
+        uuid7,
+    )
+    from legato.sync import SyncClient, SyncRunHandle
+
+# Each public name and the module that defines it: importing the package loads none
+# of them, so a caller that needs one part (the pure decider, the schema's enums)
+# does not pay for the rest.
+_MODULE_OF: dict[str, str] = {
+    "Client": "legato.client",
+    "RunDetails": "legato.client",
+    "RunHandle": "legato.client",
+    "RunPage": "legato.client",
+    "TaskCancelled": "legato.context",
+    "TaskContext": "legato.context",
+    "create_engine": "legato.db",
+    "ConfigurationError": "legato.errors",
+    "IncompatibleDatabase": "legato.errors",
+    "InvalidInput": "legato.errors",
+    "InvalidRunId": "legato.errors",
+    "LegatoError": "legato.errors",
+    "PayloadTooLarge": "legato.errors",
+    "RunFailed": "legato.errors",
+    "RunFinished": "legato.errors",
+    "RunNotFound": "legato.errors",
+    "UnknownWorkflow": "legato.errors",
+    "App": "legato.flow",
+    "FailureInfo": "legato.flow",
+    "Flow": "legato.flow",
+    "Node": "legato.flow",
+    "Retry": "legato.flow",
+    "SpecError": "legato.flow",
+    "Switch": "legato.flow",
+    "TaskDefinitionError": "legato.flow",
+    "Workflow": "legato.flow",
+    "WorkflowSpec": "legato.flow",
+    "task": "legato.flow",
+    "workflow": "legato.flow",
+    "Roles": "legato.runtime",
+    "Runtime": "legato.runtime",
+    "RunStatus": "legato.schema",
+    "TaskState": "legato.schema",
+    "uuid7": "legato.schema",
+    "InvalidArgument": "legato.errors",
+    "InvalidOutput": "legato.errors",
+    "OutputTooLarge": "legato.errors",
+    "RunAlreadyExists": "legato.errors",
+    "SyncClient": "legato.sync",
+    "SyncRunHandle": "legato.sync",
+}
 
 __all__ = [
     "App",
@@ -84,3 +154,19 @@ __all__ = [
     "uuid7",
     "workflow",
 ]
+
+
+# Hidden from type checkers: a module ``__getattr__`` would make every misspelt name
+# ``Any`` instead of an error; they see the imports above.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -1,8 +1,8 @@
 """Reporting what happened to attempts: the one path by which workers, the timer loop,
 the lease sweeper and finished child runs hand facts to the decider.
 
-One transaction: first the decide_queue upserts, in run-id order (DESIGN §3 step 3:
-the upsert takes the run's decide row lock before anything else, so a report that
+One transaction: first the decide_queue upserts, in run-id order (the
+upsert takes the run's decide row lock before anything else, so a report that
 races a decision waits for it and re-queues the run — no lost wake-up, and one lock
 order everywhere), then the fenced task updates, then the queue rows' deletion.
 """

@@ -1,22 +1,72 @@
-"""The single typed schema source: Core tables, enums and column types."""
+"""The single typed schema source: Core tables, enums, column types and persisted values.
 
-from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
-from legato.schema.tables import (
-    SCHEMA_PLACEHOLDER,
-    DecideQueue,
-    IdempotencyKeys,
-    Outbox,
-    RunEvents,
-    Runs,
-    SchemaVersion,
-    Signals,
-    TaskQueue,
-    Tasks,
-    Timers,
-    WorkflowDefinitions,
-    metadata,
-)
-from legato.schema.types import is_uuid7, strip_nul, uuid7, uuid7_bound, uuid7_time_ms
+Names are loaded on first use (PEP 562): the enums and values do not need SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from legato.schema.enums import (
+        NodeKind,
+        RunStatus,
+        TaskState,
+        TimerKind,
+    )
+    from legato.schema.tables import (
+        SCHEMA_PLACEHOLDER,
+        DecideQueue,
+        IdempotencyKeys,
+        Outbox,
+        RunEvents,
+        Runs,
+        SchemaVersion,
+        Signals,
+        TaskQueue,
+        Tasks,
+        Timers,
+        WorkflowDefinitions,
+        metadata,
+    )
+    from legato.schema.types import (
+        is_uuid7,
+        strip_nul,
+        uuid7,
+        uuid7_bound,
+        uuid7_time_ms,
+    )
+    from legato.schema.values import TaskError
+
+# Each public name and the module that defines it: importing the package loads none
+# of them, so a caller that needs one part (the pure decider, the schema's enums)
+# does not pay for the rest.
+_MODULE_OF: dict[str, str] = {
+    "NodeKind": "legato.schema.enums",
+    "RunStatus": "legato.schema.enums",
+    "TaskState": "legato.schema.enums",
+    "TimerKind": "legato.schema.enums",
+    "SCHEMA_PLACEHOLDER": "legato.schema.tables",
+    "DecideQueue": "legato.schema.tables",
+    "IdempotencyKeys": "legato.schema.tables",
+    "Outbox": "legato.schema.tables",
+    "RunEvents": "legato.schema.tables",
+    "Runs": "legato.schema.tables",
+    "SchemaVersion": "legato.schema.tables",
+    "Signals": "legato.schema.tables",
+    "TaskQueue": "legato.schema.tables",
+    "Tasks": "legato.schema.tables",
+    "Timers": "legato.schema.tables",
+    "WorkflowDefinitions": "legato.schema.tables",
+    "metadata": "legato.schema.tables",
+    "is_uuid7": "legato.schema.types",
+    "strip_nul": "legato.schema.types",
+    "uuid7": "legato.schema.types",
+    "uuid7_bound": "legato.schema.types",
+    "uuid7_time_ms": "legato.schema.types",
+    "TaskError": "legato.schema.values",
+}
 
 __all__ = [
     "SCHEMA_PLACEHOLDER",
@@ -29,6 +79,7 @@ __all__ = [
     "Runs",
     "SchemaVersion",
     "Signals",
+    "TaskError",
     "TaskQueue",
     "TaskState",
     "Tasks",
@@ -42,3 +93,19 @@ __all__ = [
     "uuid7_bound",
     "uuid7_time_ms",
 ]
+
+
+# Hidden from type checkers: a module ``__getattr__`` would make every misspelt name
+# ``Any`` instead of an error; they see the imports above.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

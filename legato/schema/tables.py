@@ -43,9 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.schema import SchemaItem
 
-from legato.engine.decider.model import TaskError
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.types import JSON_VALUE, PydanticJSONB, TextEnum
+from legato.schema.values import TaskError
 
 SCHEMA_PLACEHOLDER = "legato"
 
@@ -137,7 +137,6 @@ class WorkflowDefinitionsColumns(TableColumns):
     deployed: Column[bool] = Column(Boolean, nullable=False, server_default=false())
     created_at = time_col(nullable=False, now_default=True)
     deployed_at = time_col()
-    deleted_at = time_col()
 
 
 WorkflowDefinitions = WorkflowDefinitionsColumns(
@@ -338,15 +337,13 @@ class TimersColumns(TableColumns):
     attempt = int_col()
     kind: Column[TimerKind] = enum_col(TimerKind)
     due_at = time_col(nullable=False)
-    claimed_at = time_col()
 
 
 Timers = TimersColumns(
     "timers",
     PrimaryKeyConstraint("fire_at", "id"),
     enum_check("kind", TimerKind),
-    # The timer loop's claim: unclaimed timers by fire time.
-    Index("ix_timers_unclaimed", "fire_at", postgresql_where=text("claimed_at IS NULL")),
+    # The timer loop's claim (due timers by fire time) is served by the primary key.
     postgresql_partition_by="RANGE (fire_at)",
 )
 """Sleeps, event timeouts and task timeouts; PARTITION BY RANGE (fire_at), daily."""
@@ -390,7 +387,7 @@ class OutboxColumns(TableColumns):
 Outbox = OutboxColumns(
     "outbox",
     PrimaryKeyConstraint("id"),
-    # The relay: deliverable rows only; published and dead-lettered rows leave the index.
+    # Reserved for a future delivery process (nothing writes the table yet).
     Index(
         "ix_outbox_deliverable",
         "next_attempt_at",
@@ -403,7 +400,8 @@ Outbox = OutboxColumns(
         postgresql_where=text("dead_lettered_at IS NOT NULL"),
     ),
 )
-"""Run lifecycle events for delivery to webhooks, with a dead letter."""
+"""Reserved: no code writes or reads it yet (docs/schema.md); kept so that delivering run
+lifecycle events can be added without migrating a busy table."""
 
 
 class SchemaVersionColumns(TableColumns):

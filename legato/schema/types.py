@@ -95,10 +95,6 @@ class TextEnum(TypeDecorator[E], Generic[E]):
         return self.enum_type(value)
 
 
-def json_column(python_type: type[T] | Any) -> PydanticJSONB[T]:
-    return PydanticJSONB(python_type)
-
-
 JSON_VALUE: PydanticJSONB[JsonValue] = PydanticJSONB(JsonValue)
 
 

@@ -1,10 +1,9 @@
-"""DESIGN §5 invariants that need no extra processes: fencing, idempotency, bad input,
+"""Engine invariants that need no extra processes: fencing, idempotency, bad input,
 graceful shutdown."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from datetime import UTC, datetime
 
@@ -33,6 +32,7 @@ from legato.engine.repositories import task_queue, tasks
 from legato.runtime import Roles
 from legato.schema import DecideQueue, IdempotencyKeys, RunEvents, Runs, Signals, Tasks
 from tests.e2e import flows
+from tests.helpers import eventually
 
 
 async def _count(engine: AsyncEngine, table: object) -> int:
@@ -177,10 +177,7 @@ async def test_graceful_shutdown_releases_unfinished_attempts(
     runtime = Runtime(engine, flows.app, poll_interval=0.1, grace_period=0.2)
     await runtime.start()
     handle = await client.start(flows.endless, "g1")
-    deadline = time.monotonic() + 15
-    while "forever g1 started" not in flows.CALLS:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await eventually(lambda: "forever g1 started" in flows.CALLS, "the endless task to start")
     assert runtime.worker is not None
     owner = runtime.worker.worker_id
     await runtime.stop()
@@ -199,10 +196,11 @@ async def test_graceful_shutdown_releases_unfinished_attempts(
     )
     await again.start()
     try:
-        deadline = time.monotonic() + 5
-        while "forever g1 started" not in flows.CALLS:
-            assert time.monotonic() < deadline, "the released attempt was not taken again"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: "forever g1 started" in flows.CALLS,
+            "another worker to take the released attempt",
+            timeout=5,
+        )
         assert (await client.get_run(handle.run_id)).tasks[0].attempt == 1
     finally:
         await again.stop()

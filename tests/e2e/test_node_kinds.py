@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato import Client, RunFailed, RunStatus, Runtime, TaskState
 from tests.e2e import flows
 from tests.e2e.flows import Account, Approval, Plan
+from tests.helpers import eventually
 
 
 async def test_sleep_delays_the_next_task(runtime: Runtime, client: Client) -> None:
@@ -109,7 +108,10 @@ async def test_emit_reaches_every_waiting_run(runtime: Runtime, client: Client) 
     first = await client.start(flows.signup, flows.Signup(email="a@x"))
     second = await client.start(flows.signup, flows.Signup(email="b@x"))
     for handle in (first, second):
-        await _until(functools.partial(_waiting_for_event, client, handle.run_id))
+        await eventually(
+            functools.partial(_waiting_for_event, client, handle.run_id),
+            "the run to wait for its event",
+        )
     delivered = await client.emit("signup.confirmed", flows.Confirmed(code="all"))
     assert sorted(delivered) == sorted([first.run_id, second.run_id])
     assert (await first.result(timeout=20)).code == "all"
@@ -122,17 +124,10 @@ async def _waiting_for_event(client: Client, run_id: uuid.UUID) -> bool:
     return any(t.kind == "EVENT" and t.state is TaskState.WAITING for t in details.tasks)
 
 
-async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_cancel_interrupts_running_work(runtime: Runtime, client: Client) -> None:
     flows.CALLS.clear()
     handle = await client.start(flows.endless, "c1")
-    await _until(lambda: _called("forever c1 started"))
+    await eventually(lambda: "forever c1 started" in flows.CALLS, "the endless task to start")
     await client.cancel(handle.run_id)
     with pytest.raises(RunFailed, match="cancelled"):
         await handle.result(timeout=20)
@@ -140,11 +135,9 @@ async def test_cancel_interrupts_running_work(runtime: Runtime, client: Client) 
     assert details.run.status is RunStatus.CANCELLED
     assert [t.state for t in details.tasks] == [TaskState.CANCELLED]
     # Well before the next lease extension (every 10 s): the decider announced it.
-    await _until(lambda: _called("forever c1 cancelled"), timeout=5)
-
-
-async def _called(label: str) -> bool:
-    return label in flows.CALLS
+    await eventually(
+        lambda: "forever c1 cancelled" in flows.CALLS, "the task to be cancelled", timeout=5
+    )
 
 
 async def test_start_to_close_times_out_the_attempt_and_retries(
@@ -166,7 +159,10 @@ async def test_emitting_twice_before_the_decider_runs_delivers_once(
     runtime = Runtime(engine, flows.app, poll_interval=0.1)
     await runtime.start()
     handle = await client.start(flows.signup, flows.Signup(email="c@x"))
-    await _until(functools.partial(_waiting_for_event, client, handle.run_id))
+    await eventually(
+        functools.partial(_waiting_for_event, client, handle.run_id),
+        "the run to wait for its event",
+    )
     await runtime.stop()  # no decider: the signal stays buffered
     assert await client.emit("signup.confirmed", flows.Confirmed(code="one")) == [handle.run_id]
     assert await client.emit("signup.confirmed", flows.Confirmed(code="two")) == []

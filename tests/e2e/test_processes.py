@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from legato import Client, RunStatus, Runtime, TaskState
 from legato.runtime import Roles
 from legato.schema import DecideQueue, RunEvents, Runs, TaskQueue, Tasks
 from tests.e2e import flows
+from tests.helpers import count_rows, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 Spawn = Callable[..., subprocess.Popen[bytes]]
@@ -55,13 +54,6 @@ async def helper_runtime(engine: AsyncEngine) -> AsyncIterator[Runtime]:
     await rt.stop()
 
 
-async def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def _scalar(engine: AsyncEngine, statement: object) -> int:
     async with engine.connect() as conn:
         return int((await conn.execute(statement)).scalar_one())  # type: ignore[call-overload]
@@ -74,7 +66,7 @@ async def test_kill_9_worker_mid_task_then_another_worker_finishes_it(
     victim = spawn("worker", "--lease", "1", env={flows.BLOCK_DIR_ENV: str(tmp_path)})
     handle = await client.start(flows.crashy_flow, "k9")
     marker = tmp_path / "k9"
-    await _until(marker.exists, 30, "the task to start in the victim worker")
+    await eventually(marker.exists, "the task to start in the victim worker", timeout=30)
     assert int(marker.read_text()) == victim.pid
     victim.send_signal(signal.SIGKILL)
     victim.wait()
@@ -87,7 +79,7 @@ async def test_kill_9_worker_mid_task_then_another_worker_finishes_it(
     assert lost.error is not None and lost.error.type == "LeaseExpired"
     completions = [e for e in details.history if e.type == "task_completed"]
     assert len(completions) == 1  # the output was applied exactly once
-    assert await _scalar(engine, select(func.count()).select_from(TaskQueue.table)) == 0
+    assert await count_rows(engine, TaskQueue) == 0
 
 
 async def test_kill_9_decider_mid_decision_leaves_nothing_half_applied(
@@ -96,15 +88,15 @@ async def test_kill_9_decider_mid_decision_leaves_nothing_half_applied(
     marker = tmp_path / "paused"
     victim = spawn("decider", "--pause-decision", str(marker))
     handle = await client.start(flows.chain, 1)
-    await _until(marker.exists, 30, "the decider to pause inside a decision")
+    await eventually(marker.exists, "the decider to pause inside a decision", timeout=30)
     assert marker.read_text() == str(handle.run_id)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     # The decision's writes were never committed: no task, no history beyond the start,
     # and the run is still queued for a decision.
-    assert await _scalar(engine, select(func.count()).select_from(Tasks.table)) == 0
-    assert await _scalar(engine, select(func.count()).select_from(RunEvents.table)) == 1
-    assert await _scalar(engine, select(func.count()).select_from(DecideQueue.table)) == 1
+    assert await count_rows(engine, Tasks) == 0
+    assert await count_rows(engine, RunEvents) == 1
+    assert await count_rows(engine, DecideQueue) == 1
     spawn("all")
     assert await handle.result(timeout=60) == 5
     details = await client.get_run(handle.run_id)
@@ -122,12 +114,12 @@ async def test_two_deciders_and_two_workers_finish_500_runs(
 ) -> None:
     processes = [spawn("decider"), spawn("decider"), spawn("worker"), spawn("worker")]
     handles = await client.start_many(flows.chain, list(range(500)))
-    running = select(func.count()).select_from(Runs.table).where(Runs.status == RunStatus.RUNNING)
-    deadline = time.monotonic() + 180
-    while await _scalar(engine, running):
-        assert time.monotonic() < deadline, "runs left unfinished"
+
+    async def all_finished() -> bool:
         assert all(p.poll() is None for p in processes), "a process died"
-        await asyncio.sleep(0.25)
+        return await count_rows(engine, Runs, Runs.status == RunStatus.RUNNING) == 0
+
+    await eventually(all_finished, "all 500 runs to finish", timeout=180, interval=0.25)
     for proc in processes:
         proc.send_signal(signal.SIGTERM)
     for proc in processes:
@@ -159,6 +151,6 @@ async def test_two_deciders_and_two_workers_finish_500_runs(
     assert all(outputs[h.run_id] == (i + 1) * 2 + 1 for i, h in enumerate(handles))
     assert len(per_run) == 500
     assert all(count == 3 and max_attempt == 1 for _, count, max_attempt in per_run)
-    assert await _scalar(engine, select(func.count()).select_from(Tasks.table)) == 1500
+    assert await count_rows(engine, Tasks) == 1500
     assert gaps == 0
     assert leftovers == [0, 0]

@@ -4,39 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-from dataclasses import dataclass
 
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from legato.cli import main
-from legato.db import resolve_url
-
-
-@dataclass
-class Outcome:
-    status: int
-    stdout: str
-    stderr: str
-
-
-async def legato(*args: str, database_url: str | None = None) -> Outcome:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LEGATO_")}
-    url = ("--database-url", database_url) if database_url else ()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "legato",
-        *args,
-        *url,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await process.communicate()
-    assert process.returncode is not None
-    return Outcome(process.returncode, stdout.decode(), stderr.decode())
+from legato.db import HEAD_REVISION, resolve_url
+from tests.helpers import Outcome, run_legato
 
 
 def assert_one_line_error(outcome: Outcome, *fragments: str) -> None:
@@ -64,23 +38,23 @@ async def _schemas(url: str) -> set[str]:
 
 async def test_upgrade_then_current_and_check(empty_database_url: str) -> None:
     url = empty_database_url
-    before = await legato("db", "check", database_url=url)
+    before = await run_legato("db", "check", database_url=url)
     assert before.status == 1
     assert "run `legato db upgrade`" in before.stdout
 
-    upgraded = await legato("db", "upgrade", database_url=url)
+    upgraded = await run_legato("db", "upgrade", database_url=url)
     assert upgraded.status == 0, upgraded.stderr
-    assert "schema 'legato' is at 0001" in upgraded.stdout
+    assert f"schema 'legato' is at {HEAD_REVISION}" in upgraded.stdout
 
     current, check = await asyncio.gather(
-        legato("db", "current", database_url=url), legato("db", "check", database_url=url)
+        run_legato("db", "current", database_url=url), run_legato("db", "check", database_url=url)
     )
-    assert current.stdout.strip() == "0001 (head)"
+    assert current.stdout.strip() == f"{HEAD_REVISION} (head)"
     assert check.status == 0
 
 
 async def test_unreachable_server_is_one_line() -> None:
-    outcome = await legato("db", "upgrade", database_url="postgresql://x@127.0.0.1:1/db")
+    outcome = await run_legato("db", "upgrade", database_url="postgresql://x@127.0.0.1:1/db")
     assert outcome.status == 1
     assert_one_line_error(outcome, "cannot reach the database")
 
@@ -88,8 +62,8 @@ async def test_unreachable_server_is_one_line() -> None:
 async def test_invalid_schema_names_change_nothing(empty_database_url: str) -> None:
     url = empty_database_url
     outcomes = await asyncio.gather(
-        legato("db", "upgrade", "--schema", "x;drop", database_url=url),
-        legato("db", "upgrade", "--schema", 'x"y', database_url=url),
+        run_legato("db", "upgrade", "--schema", "x;drop", database_url=url),
+        run_legato("db", "upgrade", "--schema", 'x"y', database_url=url),
     )
     for outcome in outcomes:
         assert_one_line_error(outcome, "invalid schema name")

@@ -32,19 +32,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
+from legato.schema.values import TaskError as TaskError
 
 
 class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TaskError(_Value):
-    """Why an attempt failed: the exception's type and message as recorded in history."""
-
-    type: str
-    message: str
-    retryable: bool = True
-    traceback: str | None = None
 
 
 class TaskRecord(_Value):

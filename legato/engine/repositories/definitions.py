@@ -61,7 +61,6 @@ async def deployed_version(conn: AsyncConnection, name: str) -> int | None:
         select(WorkflowDefinitions.version).where(
             WorkflowDefinitions.name == name,
             WorkflowDefinitions.deployed,
-            WorkflowDefinitions.deleted_at.is_(None),
         )
     )
     return result.scalar_one_or_none()

@@ -82,7 +82,7 @@ async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) 
 def _take_due_statement() -> Any:
     due = locked(
         select(Timers.fire_at, Timers.id)
-        .where(Timers.claimed_at.is_(None), Timers.fire_at <= func.now())
+        .where(Timers.fire_at <= func.now())
         .order_by(Timers.fire_at)
         .limit(bindparam("limit", type_=Integer())),
         "due",
@@ -106,9 +106,8 @@ async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
     """Delete and return up to ``limit`` due timers (timer loop), oldest first.
 
     ``FOR UPDATE SKIP LOCKED`` so timer loops share the work; deleted in the same
-    transaction that acts on them, so a crash puts them back. Served by the partial
-    index ``ix_timers_unclaimed`` (pruned to today's and earlier partitions). Built
-    once.
+    transaction that acts on them, so a crash puts them back. Served by the primary
+    key ``(fire_at, id)`` (pruned to today's and earlier partitions). Built once.
     """
     result = await conn.execute(_take_due_statement(), {"limit": limit})
     return [DueTimer(*row) for row in result]

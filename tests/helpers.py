@@ -1,0 +1,77 @@
+"""What the test suites share: waiting on a condition, running the CLI, counting rows."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.schema.tables import TableColumns
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]],
+    what: str,
+    *,
+    timeout: float = 15,
+    interval: float = 0.05,
+) -> None:
+    """Return as soon as ``check()`` is true; raise ``TimeoutError`` naming ``what`` if it
+    is still false after ``timeout`` seconds. ``check`` may be sync or async."""
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = check()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished ``legato`` command."""
+
+    status: int
+    stdout: str
+    stderr: str
+
+
+async def run_legato(*args: str, database_url: str | None = None, timeout: float = 60) -> Outcome:
+    """Run ``python -m legato ARGS`` as a user would, from the repository root, with no
+    ``LEGATO_*`` variables inherited; ``database_url`` is passed as ``--database-url``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEGATO_")}
+    url = ("--database-url", database_url) if database_url else ()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "legato",
+        *args,
+        *url,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return Outcome(process.returncode, stdout.decode(), stderr.decode())
+
+
+async def count_rows(engine: AsyncEngine, table: TableColumns, *where: ColumnElement[bool]) -> int:
+    """``SELECT count(*) FROM table WHERE ...``."""
+    async with engine.connect() as conn:
+        result = await conn.execute(select(func.count()).select_from(table.table).where(*where))
+        return int(result.scalar_one())
