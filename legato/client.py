@@ -53,6 +53,7 @@ from legato.errors import (
     UnknownWorkflow,
 )
 from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
+from legato.observability import tracing
 from legato.schema import RunStatus, uuid7
 from legato.schema.types import strip_nul
 
@@ -223,7 +224,11 @@ class Client:
         new_id = run_id or uuid7()
         name = definition.name if definition is not None else str(workflow)
         version = self._versions.get((name, definition.spec_hash)) if definition else None
-        new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
+        # The caller's trace context goes with the run: its task spans join that trace.
+        trace = tracing.capture()
+        new = runs.NewRun(
+            new_id, name, version or 0, payload, None, idempotency_key, start_at, trace
+        )
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
             async with self._autocommit() as conn:
@@ -258,12 +263,13 @@ class Client:
         """Start many runs of one workflow in one transaction (one round trip per table)."""
         payloads = [self._validated_input(workflow, workflow, item) for item in inputs]
         ids = [uuid7() for _ in payloads]
+        trace = tracing.capture()
         async with self.engine.begin() as conn:
             version = await self._version_of(conn, workflow)
             await self._start(
                 conn,
                 [
-                    runs.NewRun(run_id, workflow.name, version, payload)
+                    runs.NewRun(run_id, workflow.name, version, payload, trace_context=trace)
                     for run_id, payload in zip(ids, payloads, strict=True)
                 ],
             )

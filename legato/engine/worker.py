@@ -28,6 +28,7 @@ from legato.engine.loops import Loop, Wakeups
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks
 from legato.flow import App, TaskDefinition
+from legato.observability import hooks
 from legato.schema import TaskState
 
 log = logging.getLogger("legato.worker")
@@ -114,6 +115,7 @@ class Worker(Loop):
             claimed = await task_queue.claim(
                 autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
             )
+        hooks.attempts_claimed(claimed)
         for item in claimed:
             flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
             self._inflight[item.task_id] = flight
@@ -139,6 +141,7 @@ class Worker(Loop):
             node_id=item.node_id,
             iteration=item.iteration,
             attempt=item.attempt,
+            task=item.task_name,
             _heartbeat=heartbeat,
         )
         output: JsonValue = None
@@ -149,7 +152,7 @@ class Worker(Loop):
         deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
         try:
             async with deadline:
-                output = await definition.invoke(ctx, item.input)
+                output = await hooks.observed_attempt(item, definition.invoke(ctx, item.input))
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)
