@@ -234,6 +234,7 @@ async def _dev(args: argparse.Namespace) -> int:
     try:
         await migrations.upgrade(engine, schema)
         versions = await Client(engine).deploy(app)
+        _serve_metrics(args)  # before the banner: once it is printed, /metrics answers
         parsed = resolve_url(url)
         shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
         print(f"legato dev: database {shown} (schema {schema!r})", flush=True)
@@ -241,7 +242,6 @@ async def _dev(args: argparse.Namespace) -> int:
             print(f"  in another shell: export LEGATO_DATABASE_URL='{url}'", flush=True)
         for name, version in versions.items():
             print(f"  deployed {name} v{version}", flush=True)
-        _serve_metrics(args)
         runtime = Runtime(
             engine,
             app,

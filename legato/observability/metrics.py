@@ -202,7 +202,9 @@ def disable_metrics() -> None:
     _current = Recorder()
 
 
-def serve_metrics(port: int, registry: CollectorRegistry | None = None, addr: str = "") -> None:
+def serve_metrics(
+    port: int, registry: CollectorRegistry | None = None, addr: str = "0.0.0.0"
+) -> None:
     """Enable metrics and serve ``/metrics`` on ``port`` from a daemon thread (``legato
     worker|decider|timer|dev --metrics-port``)."""
     enabled = enable_metrics(registry)
