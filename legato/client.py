@@ -57,6 +57,7 @@ from legato.errors import (
 )
 from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
 from legato.limits import check_idempotency_key, check_json, check_name, json_size
+from legato.observability import tracing
 from legato.schema import SCHEMA_PLACEHOLDER, RunStatus, uuid7
 from legato.schema.types import strip_nul
 
@@ -319,7 +320,11 @@ class Client:
         version = self._versions.get((name, own.spec_hash)) if own is not None else None
         if connection is not None and own is not None:
             version = await self._stored_version(own)
-        new = runs.NewRun(new_id, name, version or 0, payload, None, idempotency_key, start_at)
+        # The caller's trace context goes with the run: its task spans join that trace.
+        trace = tracing.capture()
+        new = runs.NewRun(
+            new_id, name, version or 0, payload, None, idempotency_key, start_at, trace
+        )
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
             async with self._on(connection, self._autocommit) as conn:
@@ -376,6 +381,7 @@ class Client:
         if not payloads:
             return []
         ids = [uuid7() for _ in payloads]
+        trace = tracing.capture()
         if connection is not None:
             await self._stored_version(workflow)
         async with self._on(connection, self.engine.begin) as conn:
@@ -383,7 +389,7 @@ class Client:
             await self._start(
                 conn,
                 [
-                    runs.NewRun(run_id, workflow.name, version, payload)
+                    runs.NewRun(run_id, workflow.name, version, payload, trace_context=trace)
                     for run_id, payload in zip(ids, payloads, strict=True)
                 ],
             )

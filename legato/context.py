@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from legato.observability.logs import ContextAdapter, attempt_context
+
+_task_log = logging.getLogger("legato.task")
 
 
 class TaskCancelled(Exception):
@@ -22,6 +27,9 @@ class TaskContext:
     ``heartbeat()`` extends the attempt's lease; call it from long tasks more often
     than the task's heartbeat timeout. It raises ``TaskCancelled`` when the run was
     cancelled or the attempt no longer belongs to this worker.
+
+    ``logger`` logs through ``legato.task`` with the attempt's context in every record's
+    ``extra`` (``run_id``, ``workflow``, ``node``, ``iteration``, ``attempt``, ``task``).
     """
 
     run_id: uuid.UUID
@@ -30,7 +38,15 @@ class TaskContext:
     node_id: str
     iteration: int = 0
     attempt: int = 1
+    task: str | None = None
     _heartbeat: Callable[[], Awaitable[None]] = field(default=_no_heartbeat, repr=False)
 
     async def heartbeat(self) -> None:
         await self._heartbeat()
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        context = attempt_context(
+            self.run_id, self.workflow, self.node_id, self.iteration, self.attempt, self.task
+        )
+        return ContextAdapter(_task_log, context)

@@ -30,6 +30,8 @@ from legato.engine.maintenance import MaintenanceLoop
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.flow import App
+from legato.observability import metrics
+from legato.observability.sampler import BacklogSampler
 
 log = logging.getLogger("legato")
 
@@ -102,6 +104,8 @@ class Runtime:
         if roles.timer:
             self.loops.append(TimerLoop(engine, wakeups=self.wakeups))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
+        if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
+            self.loops.append(BacklogSampler(engine))
         self._tasks: list[asyncio.Task[None]] = []
 
     async def deploy(self) -> dict[str, int]:

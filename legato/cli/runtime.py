@@ -32,6 +32,7 @@ from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 from legato.errors import ConfigurationError, InvalidInput, InvalidRunId, LegatoError
 from legato.flow import App, InputValidationError
+from legato.observability import JsonFormatter, serve_metrics
 from legato.runtime import Roles, Runtime
 from legato.schema import RunStatus
 
@@ -113,14 +114,29 @@ def parse_json(value: str | None, option: str) -> JsonValue:
     return parsed
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, datefmt="%H:%M:%S", force=True)
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Log to stderr: one line per record, as text or as JSON (``--log-format``)."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    elif log_format == "text":
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
+    else:  # only the environment default can be anything else: argparse checks the option
+        raise ConfigurationError(f"LEGATO_LOG_FORMAT={log_format!r}: expected text or json")
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     if level.upper() != "DEBUG":  # Alembic narrates every migration at INFO
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 _positive = number_at_least(int, 1, "a positive whole number")
 _seconds = number_at_least(float, 0.0, "a number of seconds")
+
+
+def _port(value: str) -> int:
+    port = _positive(value)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {value!r}")
+    return port
 
 
 def _status(value: str) -> RunStatus:
@@ -133,7 +149,7 @@ def _status(value: str) -> RunStatus:
 
 @asynccontextmanager
 async def _client(args: argparse.Namespace, app: App | None = None) -> AsyncIterator[Client]:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     client = await Client.connect(args.database_url, schema=args.schema, app=app)
     try:
         yield client
@@ -148,6 +164,7 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
     try:
         async with engine.connect() as conn:
             await check_database(conn, schema)
+        _serve_metrics(args)
         runtime = Runtime(
             engine,
             app,
@@ -174,26 +191,32 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
 # -- long-running processes ----------------------------------------------------------------
 
 
+def _serve_metrics(args: argparse.Namespace) -> None:
+    if args.metrics_port is not None:
+        serve_metrics(args.metrics_port)
+        log.info("metrics on http://0.0.0.0:%d/metrics", args.metrics_port)
+
+
 async def _decider(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     roles = Roles(decider=True, worker=False, timer=False, deploy=not args.no_deploy)
     return await _run_loops(args, app, roles, "decider")
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     return await _run_loops(args, app, Roles(decider=False, worker=True, timer=False), "worker")
 
 
 async def _timer(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     return await _run_loops(args, App(), Roles(decider=False, worker=False, timer=True), "timer")
 
 
 async def _dev(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     schema = resolve_schema(args.schema)
     server = None
@@ -211,6 +234,7 @@ async def _dev(args: argparse.Namespace) -> int:
     try:
         await migrations.upgrade(engine, schema)
         versions = await Client(engine).deploy(app)
+        _serve_metrics(args)  # before the banner: once it is printed, /metrics answers
         parsed = resolve_url(url)
         shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
         print(f"legato dev: database {shown} (schema {schema!r})", flush=True)
@@ -423,6 +447,12 @@ def _command(
         type=str.upper,
         help=f"log verbosity (default: {log_level})",
     )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("LEGATO_LOG_FORMAT", "text"),
+        choices=["text", "json"],
+        help="log lines as text or as one JSON object each (default: $LEGATO_LOG_FORMAT or text)",
+    )
     parser.set_defaults(handler=handler)
     return parser
 
@@ -434,6 +464,17 @@ def _add_app(parser: argparse.ArgumentParser, *, required: bool = True, what: st
         metavar="MODULE:APP",
         help="the legato.App to serve, e.g. examples.signup:app (the current directory is "
         "importable)" + what,
+    )
+
+
+def _add_loop_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the long-running processes."""
+    _add_poll(parser)
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs legato[prometheus])",
     )
 
 
@@ -495,7 +536,7 @@ Deciders hold no state: run as many processes as you like on one database
         action="store_true",
         help="do not deploy the app's workflows at start (use `legato deploy` instead)",
     )
-    _add_poll(decider)
+    _add_loop_options(decider)
 
     worker = _command(
         commands,
@@ -519,7 +560,7 @@ seconds to finish, and releases the rest so another worker takes them at once.""
         help="a queue to serve; repeat for several (default: every queue the app's tasks use)",
     )
     _add_worker_options(worker)
-    _add_poll(worker)
+    _add_loop_options(worker)
 
     timer = _command(
         commands,
@@ -534,7 +575,7 @@ The timer needs no app: it only moves timers and expired leases back to the
 deciders. One or two per database are plenty; more are safe (SKIP LOCKED).""",
         log_level="INFO",
     )
-    _add_poll(timer)
+    _add_loop_options(timer)
 
     dev = _command(
         commands,
@@ -561,7 +602,7 @@ is what the other `legato` commands take (export LEGATO_DATABASE_URL=...).""",
         help=f"where the embedded PostgreSQL keeps its data (default: {DEFAULT_DEV_DIR})",
     )
     _add_worker_options(dev)
-    _add_poll(dev)
+    _add_loop_options(dev)
 
     deploy = _command(
         commands,

@@ -10,6 +10,7 @@ decide row stays, postponed, and the others commit.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,7 @@ from legato.engine.repositories import (
     timers,
 )
 from legato.flow.spec import WorkflowSpec
+from legato.observability import hooks
 from legato.schema import RunStatus, TaskState
 
 log = logging.getLogger("legato.decider")
@@ -86,6 +88,7 @@ class Batch:
     cancel_children: list[uuid.UUID] = field(default_factory=list)
     events: list[tuple[uuid.UUID, int, AppendEvent]] = field(default_factory=list)
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
+    facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
 
     @property
     def cancels_attempts(self) -> bool:
@@ -198,7 +201,9 @@ async def decide_runs(
             tasks=tuple(row.record() for row in all_tasks[run.id]),
             signals=tuple(all_signals[run.id]),
         )
-        batch.add(run, last_seq, decide(spec, snapshot, now))
+        actions = decide(spec, snapshot, now)
+        batch.add(run, last_seq, actions)
+        batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
     await batch.write(conn)
     return batch
 
@@ -277,6 +282,7 @@ class DeciderLoop(Loop):
 
     async def tick(self) -> bool:
         now = datetime.now(UTC)
+        began = time.time_ns()
         claimed: list[uuid.UUID] = []
         try:
             async with self.engine.begin() as conn:
@@ -288,16 +294,19 @@ class DeciderLoop(Loop):
                 batch = await decide_runs(conn, claimed, self.specs, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
+            hooks.decisions_committed(batch.facts, began)
         except Exception:
             if not claimed:
                 raise
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
-            log.warning("deciding %d runs together failed; retrying one by one", len(claimed))
+            hooks.decision_batch_failed(len(claimed), began)
             await self._one_by_one(claimed, now)
         return len(claimed) >= self.batch_size
 
     async def _one_by_one(self, run_ids: Sequence[uuid.UUID], now: datetime) -> None:
+        began = time.time_ns()
+        facts: list[hooks.DecisionFacts] = []
         async with self.engine.begin() as conn:
             cancels = False
             for run_id in await decide_queue.take(conn, len(run_ids), run_ids):
@@ -305,14 +314,16 @@ class DeciderLoop(Loop):
                     async with conn.begin_nested():
                         batch = await decide_runs(conn, [run_id], self.specs, now)
                 except Exception as error:
-                    log.exception("deciding run %s failed; retrying later", run_id)
+                    hooks.decision_failed(run_id, error)
                     await decide_queue.postpone(
                         conn, run_id, now + self.retry_delay, f"decision failed: {error}"[:500]
                     )
                     continue
                 self.decided += 1
+                facts += batch.facts
                 cancels = cancels or batch.cancels_attempts
             await self._announce(conn, cancels)
+        hooks.decisions_committed(facts, began)
 
     async def _announce(self, conn: AsyncConnection, cancels: bool) -> None:
         """NOTIFY the workers of cancelled attempts, so they stop them at once."""

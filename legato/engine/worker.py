@@ -37,6 +37,7 @@ from legato.limits import (
     json_size,
     truncated,
 )
+from legato.observability import hooks
 from legato.schema import TaskState
 
 log = logging.getLogger("legato.worker")
@@ -172,6 +173,7 @@ class Worker(Loop):
             claimed = await task_queue.claim(
                 autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
             )
+        hooks.attempts_claimed(claimed)
         for item in claimed:
             flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
             self._inflight[item.task_id] = flight
@@ -197,6 +199,7 @@ class Worker(Loop):
             node_id=item.node_id,
             iteration=item.iteration,
             attempt=item.attempt,
+            task=item.task_name,
             _heartbeat=heartbeat,
         )
         output: JsonValue = None
@@ -207,7 +210,7 @@ class Worker(Loop):
         deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
         try:
             async with deadline:
-                output = await definition.invoke(ctx, item.input)
+                output = await hooks.observed_attempt(item, definition.invoke(ctx, item.input))
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)

@@ -167,6 +167,8 @@ class RunsColumns(TableColumns):
     scheduled_at = time_col()
     updated_at = time_col(nullable=False, now_default=True)
     finished_at = time_col()
+    # W3C trace context of the Client.start caller (migration 0005); NULL without tracing.
+    trace_context = json_col()
 
 
 Runs = RunsColumns(

@@ -117,6 +117,7 @@ class NewRun:
     parent_run_id: uuid.UUID | None = None
     idempotency_key: str | None = None
     scheduled_at: datetime | None = None
+    trace_context: JsonValue = None
 
 
 @cache
@@ -130,6 +131,7 @@ def _start_statement() -> Select[str]:
         parent_run_id=uuid_array("parents"),
         idempotency_key=text_array("keys"),
         scheduled_at=time_array("scheduled"),
+        trace_context=text_array("traces"),
     )
     inserted = (
         insert(Runs.table)
@@ -143,6 +145,7 @@ def _start_statement() -> Select[str]:
                 "parent_run_id",
                 "idempotency_key",
                 "scheduled_at",
+                "trace_context",
             ],
             select(
                 given.c.id,
@@ -153,6 +156,7 @@ def _start_statement() -> Select[str]:
                 given.c.parent_run_id,
                 given.c.idempotency_key,
                 given.c.scheduled_at,
+                cast(given.c.trace_context, JSONB),
             ),
         )
         .returning(Runs.id, Runs.scheduled_at)
@@ -196,6 +200,7 @@ async def start_runs(conn: AsyncConnection, new_runs: Sequence[NewRun], reason: 
             "parents": [r.parent_run_id for r in new_runs],
             "keys": [r.idempotency_key for r in new_runs],
             "scheduled": [r.scheduled_at for r in new_runs],
+            "traces": [JSON_VALUE.dump_text(r.trace_context) for r in new_runs],
             "reason": reason,
         },
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -101,6 +101,11 @@ class Claimed:
     iteration: int
     input: JsonValue
     workflow_name: str
+    # Since when the attempt waited to be claimed, and when the claim started it (both
+    # server clock): the queue wait.
+    available_at: datetime
+    started_at: datetime
+    trace_context: JsonValue  # the run starter's W3C trace context, or None
 
 
 def claim_candidates() -> Select[str, uuid.UUID]:
@@ -136,6 +141,7 @@ def _claim_statement() -> Any:
             TaskQueue.run_id,
             TaskQueue.attempt,
             TaskQueue.task_name,
+            TaskQueue.available_at,
         )
         .cte("leased")
     )
@@ -159,6 +165,9 @@ def _claim_statement() -> Any:
             Tasks.iteration,
             Tasks.input,
             Runs.workflow_name,
+            leased.c.available_at,
+            Tasks.started_at,
+            Runs.trace_context,
         )
     )
 

@@ -1,0 +1,100 @@
+"""OpenTelemetry spans (the ``legato[otel]`` extra): imported on first use, and a no-op
+without ``opentelemetry-api``, or with the API but no SDK configured.
+
+``Client.start`` stores the caller's W3C trace context with the run; each attempt's
+span (``legato.attempt``) is started in that context, so task spans join the trace of
+the request that started the run. Each decision batch is one ``legato.decide`` span.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
+
+    from legato.engine.repositories.task_queue import Claimed
+
+_SCOPE = "legato"
+
+
+@cache
+def _otel() -> bool:
+    try:
+        import opentelemetry.propagate
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _tracer() -> Tracer:
+    from opentelemetry import trace
+
+    # Not cached: the SDK's provider may be installed after Legato's first span.
+    return trace.get_tracer(_SCOPE)
+
+
+def capture() -> JsonValue:
+    """The current trace context as a W3C carrier (``{"traceparent": ...}``), or None
+    when there is no active, valid span to join."""
+    if not _otel():
+        return None
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return dict(carrier) if carrier else None
+
+
+def attempt_attributes(item: Claimed) -> dict[str, Any]:
+    return {
+        "legato.run_id": str(item.run_id),
+        "legato.workflow": item.workflow_name,
+        "legato.node": item.node_id,
+        "legato.iteration": item.iteration,
+        "legato.attempt": item.attempt,
+        "legato.task": item.task_name,
+        "legato.queue": item.queue,
+    }
+
+
+@contextlib.contextmanager
+def attempt_span(item: Claimed) -> Iterator[Span | None]:
+    """The current span while an attempt runs, a child of the run starter's context;
+    the task's own spans nest under it. Exceptions are recorded and re-raised."""
+    if not _otel():
+        yield None
+        return
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind
+
+    carrier = item.trace_context
+    parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+    with _tracer().start_as_current_span(
+        f"legato.attempt {item.task_name}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attempt_attributes(item),
+    ) as span:
+        yield span
+
+
+def decision_span(runs: int, started_ns: int, failed: bool = False) -> None:
+    """Record a decision batch that ran from ``started_ns`` (``time.time_ns()``) until
+    now: the span is made after the fact, so a batch costs nothing while it runs."""
+    if not _otel():
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    span = _tracer().start_span(
+        "legato.decide", start_time=started_ns, attributes={"legato.runs": runs}
+    )
+    if failed:
+        span.set_status(Status(StatusCode.ERROR, "the batch failed and was retried run by run"))
+    span.end()

@@ -1,0 +1,250 @@
+"""Logs, metrics, traces and ``legato stats`` on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import Client, RunFailed, Runtime
+from legato.cli import main
+from legato.engine.repositories import stats
+from legato.runtime import Roles
+from tests.integration.observed_flows import app, echo_flow, refuse_flow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest_asyncio.fixture
+async def client(engine: AsyncEngine) -> AsyncIterator[Client]:
+    async with Client(engine, app=app) as c:
+        yield c
+
+
+@pytest_asyncio.fixture
+async def runtime(engine: AsyncEngine) -> AsyncIterator[Runtime]:
+    rt = Runtime(engine, app, poll_interval=0.2, grace_period=2.0)
+    await rt.start()
+    yield rt
+    await rt.stop()
+
+
+def _records(caplog: pytest.LogCaptureFixture, name: str, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == name and r.levelno == level]
+
+
+async def test_a_failing_task_logs_warnings_with_its_context(
+    caplog: pytest.LogCaptureFixture, client: Client, runtime: Runtime
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="legato")
+    handle = await client.start(refuse_flow, 7)
+    with pytest.raises(RunFailed, match="refusing 7"):
+        await handle.result(timeout=30)
+
+    failures = [
+        r
+        for r in _records(caplog, "legato.worker", logging.WARNING)
+        if getattr(r, "run_id", None) == str(handle.run_id)
+    ]
+    assert [r.attempt for r in failures] == [1, 2]  # type: ignore[attr-defined]
+    for record in failures:
+        context = {k: getattr(record, k) for k in ("workflow", "node", "iteration", "task")}
+        assert context == {"workflow": "refuse", "node": "refuse", "iteration": 0, "task": "refuse"}
+        assert record.exc_info is not None
+        assert "Refused: refusing 7" in record.getMessage()
+    (retry,) = [
+        r for r in _records(caplog, "legato.decider", logging.WARNING) if "retry" in r.getMessage()
+    ]
+    assert (retry.run_id, retry.attempt, retry.task) == (str(handle.run_id), 2, "refuse")  # type: ignore[attr-defined]
+    (finished,) = [
+        r for r in _records(caplog, "legato.decider", logging.INFO) if "finished" in r.getMessage()
+    ]
+    assert (finished.run_id, finished.status) == (str(handle.run_id), "FAILED")  # type: ignore[attr-defined]
+    started = _records(caplog, "legato.worker", logging.DEBUG)
+    assert any(r.getMessage().startswith("attempt 1 of refuse started") for r in started)
+
+
+async def test_task_code_logs_through_its_context(
+    caplog: pytest.LogCaptureFixture, client: Client, runtime: Runtime
+) -> None:
+    caplog.set_level(logging.INFO, logger="legato.task")
+    handle = await client.start(echo_flow, 5)
+    assert await handle.result(timeout=30) == 5
+    (record,) = [r for r in caplog.records if r.name == "legato.task"]
+    assert record.getMessage() == "echoing 5"
+    assert (record.run_id, record.node, record.attempt) == (str(handle.run_id), "echo", 1)  # type: ignore[attr-defined]
+
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def spans() -> InMemorySpanExporter:
+    """The process's OpenTelemetry SDK, exporting to memory (a provider is set once)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    trace.set_tracer_provider(provider)
+    return _EXPORTER
+
+
+async def _wait_for(check: Callable[[], bool], timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110  # the exporter has no event to wait on
+            await asyncio.sleep(0.05)
+
+
+async def test_attempt_span_joins_the_trace_that_started_the_run(
+    spans: InMemorySpanExporter, client: Client, runtime: Runtime
+) -> None:
+    with trace.get_tracer("test").start_as_current_span("POST /orders") as request:
+        handle = await client.start(echo_flow, 3)
+    assert await handle.result(timeout=30) == 3
+
+    def attempt() -> ReadableSpan | None:
+        for span in spans.get_finished_spans():
+            if span.attributes and span.attributes.get("legato.run_id") == str(handle.run_id):
+                return span
+        return None
+
+    await _wait_for(lambda: attempt() is not None)
+    span = attempt()
+    assert span is not None and span.parent is not None
+    assert span.name == "legato.attempt echo"
+    assert span.context is not None
+    assert span.context.trace_id == request.get_span_context().trace_id
+    assert span.parent.span_id == request.get_span_context().span_id
+    assert span.attributes is not None
+    assert (span.attributes["legato.node"], span.attributes["legato.attempt"]) == ("echo", 1)
+    assert any(s.name == "legato.decide" for s in spans.get_finished_spans())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_dev_serves_metrics_that_move_with_runs(database_url: str, client: Client) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATO_")}
+    env |= {"LEGATO_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+    dev = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "legato",
+        "dev",
+        "--app",
+        "tests.integration.observed_flows:app",
+        "--poll-interval",
+        "0.2",
+        "--metrics-port",
+        str(port),
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert dev.stdout is not None
+        async with asyncio.timeout(30):
+            while b"deployed refuse" not in (line := await dev.stdout.readline()):
+                assert line, (await dev.communicate())[1].decode()  # it exited: say why
+        before = await asyncio.to_thread(_scrape, port)
+        finished = ("legato_runs_finished_total", (("status", "SUCCEEDED"), ("workflow", "echo")))
+        assert finished not in before
+        handles = [await client.start("echo", n) for n in range(3)]
+        for handle in handles:
+            await handle.result(timeout=30)
+        completed = ("legato_attempts_completed_total", (("queue", "default"), ("task", "echo")))
+
+        async def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            async with asyncio.timeout(20):
+                while True:  # the decider's INFO line and the counter follow the commit
+                    after = await asyncio.to_thread(_scrape, port)
+                    if after.get(finished) == 3 and after.get(completed) == 3:
+                        return after
+                    await asyncio.sleep(0.1)
+
+        after = await scraped()
+        assert after[("legato_runs_started_total", (("workflow", "echo"),))] == 3
+        assert after[("legato_decisions_total", ())] >= 6
+        assert ("legato_decide_queue_depth", ()) in after  # sampled at start
+    finally:
+        if dev.returncode is None:
+            dev.terminate()
+        _, err = await asyncio.wait_for(dev.communicate(), 30)
+    assert dev.returncode == 0, err.decode()
+
+
+async def test_stats_json_reports_a_backlog(
+    database_url: str, engine: AsyncEngine, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for n in range(3):
+        await client.start(echo_flow, n)
+    # Deciders only: the attempts they enqueue wait for a worker that never comes.
+    deciders = Runtime(engine, app, roles=Roles(worker=False, timer=False), poll_interval=0.2)
+    await deciders.start()
+    try:
+
+        async def backlog() -> list[stats.Backlog]:
+            async with engine.connect() as conn:
+                return await stats.task_backlog(conn)
+
+        async with asyncio.timeout(20):
+            while [b.depth for b in await backlog()] != [3]:  # noqa: ASYNC110  # in the db
+                await asyncio.sleep(0.05)
+    finally:
+        await deciders.stop()
+
+    capsys.readouterr()
+    rc = await asyncio.to_thread(main, ["stats", "--json", "--database-url", database_url])
+    out = capsys.readouterr().out
+    assert rc == 0
+    figures = json.loads(out)
+    (queue,) = figures["task_queues"]
+    assert (queue["queue"], queue["depth"]) == ("default", 3)
+    assert queue["oldest_age_seconds"] >= 0
+    assert figures["decide_queue"]["depth"] == 0
+    assert figures["runs"]["running"] == 3
+    assert figures["runs"]["created_in_window"]["running"] == 3
+    assert figures["leases"] == []
+
+    rc = await asyncio.to_thread(main, ["stats", "--database-url", database_url])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "default  3" in text
+
+
+async def test_a_bad_log_format_is_one_line(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LEGATO_LOG_FORMAT", "xml")
+    rc = await asyncio.to_thread(main, ["stats", "--database-url", database_url])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1
+    assert err == ["legato: error: LEGATO_LOG_FORMAT='xml': expected text or json"]
