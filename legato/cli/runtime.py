@@ -113,7 +113,7 @@ def parse_run_id(value: str) -> uuid.UUID:
 
 
 MAX_JSON_DEPTH = 64
-MAX_STDIN_CHARS = 16 << 20
+MAX_STDIN_BYTES = 16 << 20
 _JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
@@ -154,14 +154,13 @@ def parse_json(value: str | None, option: str) -> JsonValue:
     if value is None:
         return None
     if value == "@-":
+        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        if len(data) > MAX_STDIN_BYTES:
+            raise PayloadTooLarge(f"{option} @-: stdin holds more than {MAX_STDIN_BYTES:,} bytes")
         try:
-            value = sys.stdin.read(MAX_STDIN_CHARS + 1)
+            value = data.decode("utf-8")
         except UnicodeDecodeError as error:
             raise InvalidInput(f"{option} @-: stdin is not UTF-8 text: {error}") from None
-        if len(value) > MAX_STDIN_CHARS:
-            raise PayloadTooLarge(
-                f"{option} @-: stdin holds more than {MAX_STDIN_CHARS:,} characters"
-            )
     if json_depth(value) > MAX_JSON_DEPTH:
         raise InvalidInput(
             f"{option} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep "
