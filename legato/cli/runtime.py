@@ -148,6 +148,13 @@ def _finite(text: str) -> float:
     return number
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # past Python's 4,300-digit limit on converting text to int
+        raise ValueError(f"a {len(text):,}-digit number is too long") from None
+
+
 def parse_json(value: str | None, option: str) -> JsonValue:
     """``--input`` / ``--payload`` as JSON (``@-``: stdin): at most ``MAX_JSON_DEPTH`` levels
     deep, no NaN or Infinity (PostgreSQL's jsonb has neither)."""
@@ -167,7 +174,9 @@ def parse_json(value: str | None, option: str) -> JsonValue:
             f"(got {shown(value)})"
         )
     try:
-        parsed: JsonValue = json.loads(value, parse_constant=_no_constant, parse_float=_finite)
+        parsed: JsonValue = json.loads(
+            value, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
+        )
     except ValueError as error:  # JSONDecodeError, NaN, 1e400, an int of 5,000 digits
         raise InvalidInput(f"{option} is not valid JSON: {error} (got {shown(value)})") from None
     return parsed
