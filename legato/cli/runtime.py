@@ -179,6 +179,13 @@ def parse_json(value: str | None, option: str) -> JsonValue:
         )
     except ValueError as error:  # JSONDecodeError, NaN, 1e400, an int of 5,000 digits
         raise InvalidInput(f"{option} is not valid JSON: {error} (got {shown(value)})") from None
+    try:  # "\ud800" parses, but no UTF-8 text (and so no jsonb) can hold it
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{option} holds a lone UTF-16 surrogate (\\ud800 to \\udfff not in a pair): "
+            f"{shown(value)}"
+        ) from None
     return parsed
 
 

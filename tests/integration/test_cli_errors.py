@@ -295,6 +295,11 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
         ("Infinity",),
         1,
     ),
+    "start lone surrogate": (
+        ("runs", "start", "signup", "--input", '["\\ud800"]'),
+        ("surrogate", "'[\"\\\\ud800\"]'"),
+        1,
+    ),
     "start invalid for its model": (
         ("runs", "start", "signup", "--app", "examples.signup:app", "--input", "{}"),
         ("email", "Field required"),

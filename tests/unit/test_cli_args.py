@@ -166,3 +166,9 @@ def test_valid_ports_and_hidden_passwords() -> None:
         resolve_url("postgresql://u:hunter2@h:abc/db")
     assert "hunter2" not in str(raised.value)
     assert "u:***@h:abc" in str(raised.value)
+
+
+def test_parse_json_refuses_a_lone_surrogate_but_not_a_pair() -> None:
+    assert parse_json('["\\ud83d\\ude00"]', "--input") == ["\U0001f600"]
+    with pytest.raises(InvalidInput, match="lone UTF-16 surrogate"):
+        parse_json('{"name": "\\udc00"}', "--input")
