@@ -33,11 +33,37 @@ def resolve_schema(schema: str | None) -> str:
     return validate_schema_name(schema or os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA)
 
 
+_PORT_RULE = "use a number from 1 to 65535 (PostgreSQL's default is 5432)"
+_PASSWORD = re.compile(r"(://[^/?#@:]*):[^/?#@]*@")
+
+
+def _redacted(raw: str) -> str:
+    """``raw`` quoted, its password hidden, cut short: for an error message."""
+    text = repr(_PASSWORD.sub(r"\1:***@", raw))
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _query_values(url: URL, key: str) -> list[str]:
+    value = url.query.get(key, ())
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _valid_port(port: int | str) -> bool:
+    """1 to 65535: asyncpg would wrap 70000 to 4464 and take 0 for the default 5432,
+    silently reaching another server."""
+    if isinstance(port, str):
+        if not port.isascii() or not port.isdigit():
+            return False
+        port = int(port)
+    return 1 <= port <= 65535
+
+
 def resolve_url(url: str | None) -> URL:
     """``--database-url``, else ``LEGATO_DATABASE_URL``, as an asyncpg SQLAlchemy URL.
 
     Accepts the plain ``postgresql://`` / ``postgres://`` URLs users already have,
-    including a Unix-socket directory given as ``?host=/dir``.
+    including a Unix-socket directory given as ``?host=/dir``. Ports (in the URL,
+    ``?port=`` or ``?host=name:port``) must be 1 to 65535.
     """
     raw = url or os.environ.get("LEGATO_DATABASE_URL")
     if not raw:
@@ -48,7 +74,18 @@ def resolve_url(url: str | None) -> URL:
     try:
         parsed = make_url(raw)
     except ArgumentError:
-        raise ConfigurationError(f"not a database URL: {raw!r}") from None
+        raise ConfigurationError(f"not a database URL: {_redacted(raw)}") from None
+    except ValueError:  # SQLAlchemy's int() of the port: ``host:abc``, ``host:``
+        raise ConfigurationError(
+            f"bad port in database URL {_redacted(raw)}: {_PORT_RULE}"
+        ) from None
+    ports = [parsed.port, *_query_values(parsed, "port")]
+    ports += [host.rpartition(":")[2] for host in _query_values(parsed, "host") if ":" in host]
+    for port in ports:
+        if port is not None and not _valid_port(port):
+            raise ConfigurationError(
+                f"bad port {port!r} in database URL {_redacted(raw)}: {_PORT_RULE}"
+            )
     if parsed.drivername not in ("postgresql", "postgres", "postgresql+asyncpg"):
         raise ConfigurationError(
             f"unsupported database URL scheme {parsed.drivername!r}: Legato needs PostgreSQL "

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from legato.cli import add_common_options, concurrency
+
 SCENARIO_NAMES = ("start", "e2e-1", "e2e-3", "wake", "history")
 
 
@@ -22,11 +24,11 @@ def register(commands: Any) -> None:
         "(embedded PostgreSQL 18, durable commits) or --database-url; print each figure "
         "with its settings and the machine context.",
     )
-    parser.add_argument(
-        "--database-url",
-        metavar="URL",
-        help="a server to use instead of the embedded one (a database per scenario is "
-        "created and dropped; without CREATE DATABASE, a schema per scenario)",
+    add_common_options(
+        parser,
+        schema=False,
+        database_help="a server to use instead of the embedded one (a database per scenario "
+        "is created and dropped; without CREATE DATABASE, a schema per scenario)",
     )
     parser.add_argument(
         "--scenario",
@@ -46,7 +48,11 @@ def register(commands: Any) -> None:
         help="py-spy record every worker/decider process into DIR (raw collapsed stacks)",
     )
     parser.add_argument(
-        "--concurrency", type=int, default=64, help="task slots per worker process (default 64)"
+        "--concurrency",
+        type=concurrency,
+        default=64,
+        metavar="N",
+        help="task slots per worker process (default 64)",
     )
     parser.set_defaults(handler=_bench)
 

@@ -15,7 +15,7 @@ from alembic.util import CommandError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
-from legato.cli import add_connection_options, number_at_least
+from legato.cli import add_common_options, nonempty, number_in, shown
 from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.repositories import partitions
 from legato.errors import ConfigurationError, DatabaseUnavailable
@@ -89,14 +89,16 @@ async def _ensure(args: argparse.Namespace) -> int:
     return 0
 
 
-_count = number_at_least(int, 0, "a number of months (0 or more)")
+# Each month is four partitions; a typo such as --ahead 1000 must not create thousands.
+MAX_MONTHS_AHEAD = 60
+_count = number_in(int, 0, MAX_MONTHS_AHEAD, f"a number of months (0 to {MAX_MONTHS_AHEAD})")
 
 
 def _date(value: str) -> datetime:
     try:
         day = date.fromisoformat(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {value!r}") from None
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {shown(value)}") from None
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
@@ -125,7 +127,7 @@ def _command(
     parser: argparse.ArgumentParser = group.add_parser(
         name, help=help_text, description=description or help_text
     )
-    add_connection_options(parser)
+    add_common_options(parser)
     parser.set_defaults(handler=handler)
     return parser
 
@@ -137,7 +139,9 @@ def register(commands: Any) -> None:
     upgrade = _command(
         db_commands, "upgrade", "apply Legato's migrations (default: to head)", _upgrade
     )
-    upgrade.add_argument("--revision", default="head", help="target revision (default: head)")
+    upgrade.add_argument(
+        "--revision", type=nonempty, default="head", help="target revision (default: head)"
+    )
     downgrade = _command(
         db_commands,
         "downgrade",
@@ -145,7 +149,10 @@ def register(commands: Any) -> None:
         _downgrade,
     )
     downgrade.add_argument(
-        "--revision", default="base", help="target revision (default: base; asks no questions)"
+        "--revision",
+        type=nonempty,
+        default="base",
+        help="target revision (default: base; asks no questions)",
     )
     _command(db_commands, "current", "show the applied migration and the package's head", _current)
     _command(

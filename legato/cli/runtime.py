@@ -14,7 +14,9 @@ import contextlib
 import importlib
 import json
 import logging
+import math
 import os
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -25,12 +27,18 @@ from typing import Any
 from pydantic import JsonValue
 
 from legato import migrations
-from legato.cli import add_connection_options, number_at_least, render
+from legato.cli import add_common_options, concurrency, nonempty, number_in, render, shown
 from legato.client import Client
 from legato.db import check_database, create_engine, resolve_schema, resolve_url
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
-from legato.errors import ConfigurationError, InvalidInput, InvalidRunId, LegatoError
+from legato.errors import (
+    ConfigurationError,
+    InvalidInput,
+    InvalidRunId,
+    LegatoError,
+    PayloadTooLarge,
+)
 from legato.flow import App, InputValidationError
 from legato.observability import JsonFormatter, serve_metrics
 from legato.runtime import Roles, Runtime
@@ -52,9 +60,10 @@ def load_app(spec: str) -> App:
     module, a missing attribute or an attribute that is not an ``App``.
     """
     module_name, sep, attribute = spec.partition(":")
+    what = f"--app {shown(spec)}"
     if not sep or not module_name or not attribute:
         raise ConfigurationError(
-            f"--app {spec!r}: expected module:attribute, e.g. --app myproject.workflows:app"
+            f"{what}: expected module:attribute, e.g. --app myproject.workflows:app"
         )
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -65,20 +74,22 @@ def load_app(spec: str) -> App:
         missing = error.name or module_name
         if module_name == missing or module_name.startswith(missing + "."):
             raise ConfigurationError(
-                f"--app {spec!r}: no module named {missing!r} "
+                f"{what}: no module named {shown(missing)} "
                 f"(looked in {cwd} and the installed packages)"
             ) from None
         raise ConfigurationError(
-            f"--app {spec!r}: importing {module_name!r} failed: {error}"
+            f"{what}: importing {shown(module_name)} failed: {error}"
         ) from None
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # the user's module runs here: sys.exit() too
         raise ConfigurationError(
-            f"--app {spec!r}: importing {module_name!r} failed: {type(error).__name__}: {error}"
+            f"{what}: importing {shown(module_name)} failed: {type(error).__name__}: {error}"
         ) from None
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ConfigurationError(f"--app {spec!r}: module {module_name!r} has no {attribute!r}")
+            raise ConfigurationError(
+                f"{what}: module {shown(module_name)} has no {shown(attribute)}"
+            )
         target = getattr(target, part)
     if not isinstance(target, App):
         kind = (
@@ -87,7 +98,7 @@ def load_app(spec: str) -> App:
             else (f"a {type(target).__name__}")
         )
         raise ConfigurationError(
-            f"--app {spec!r}: {attribute!r} is {kind}, not a legato.App "
+            f"{what}: {shown(attribute)} is {kind}, not a legato.App "
             "(make it `app = App(workflows=[...])`)"
         )
     return target
@@ -98,19 +109,84 @@ def parse_run_id(value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise InvalidRunId(
-            f"not a run id: {value!r} (run ids are UUIDs, as printed by `legato runs start`)"
+            f"not a run id: {shown(value)} (run ids are UUIDs, as printed by `legato runs start`)"
         ) from None
 
 
+MAX_JSON_DEPTH = 64
+MAX_STDIN_BYTES = 16 << 20
+_JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply JSON ``text`` nests arrays and objects, counted without parsing it
+    (brackets inside strings do not count) and only up to ``limit + 1``.
+
+    ``json.loads`` recurses once per level: a deep enough input exhausts the stack, so
+    the depth is checked first."""
+    depth = deepest = 0
+    for token in _JSON_STRING_OR_BRACKET.finditer(text):
+        first = text[token.start()]
+        if first in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif first in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (use null, a number or a string)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return number
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # past Python's 4,300-digit limit on converting text to int
+        raise ValueError(f"a {len(text):,}-digit number is too long") from None
+
+
 def parse_json(value: str | None, option: str) -> JsonValue:
+    """``--input`` / ``--payload`` as JSON (``@-``: stdin): at most ``MAX_JSON_DEPTH`` levels
+    deep, no NaN or Infinity (PostgreSQL's jsonb has neither)."""
     if value is None:
         return None
     if value == "@-":
-        value = sys.stdin.read()
+        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        if len(data) > MAX_STDIN_BYTES:
+            raise PayloadTooLarge(f"{option} @-: stdin holds more than {MAX_STDIN_BYTES:,} bytes")
+        try:
+            value = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidInput(f"{option} @-: stdin is not UTF-8 text: {error}") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise InvalidInput(
+            f"{option} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep "
+            f"(got {shown(value)})"
+        )
     try:
-        parsed: JsonValue = json.loads(value)
-    except json.JSONDecodeError as error:
-        raise InvalidInput(f"{option} is not valid JSON: {error} (got {value!r})") from None
+        parsed: JsonValue = json.loads(
+            value, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
+        )
+    except ValueError as error:  # JSONDecodeError, NaN, 1e400, an int of 5,000 digits
+        raise InvalidInput(f"{option} is not valid JSON: {error} (got {shown(value)})") from None
+    try:  # "\ud800" parses, but no UTF-8 text (and so no jsonb) can hold it
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{option} holds a lone UTF-16 surrogate (\\ud800 to \\udfff not in a pair): "
+            f"{shown(value)}"
+        ) from None
     return parsed
 
 
@@ -128,15 +204,19 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-_positive = number_at_least(int, 1, "a positive whole number")
-_seconds = number_at_least(float, 0.0, "a number of seconds")
+MAX_DECIDERS = 64
+MAX_LIMIT = 1000  # Client.list_runs' page size limit
+MAX_POLL_INTERVAL = 3600.0
+MAX_SECONDS = 366 * 86400.0
+_deciders = number_in(int, 1, MAX_DECIDERS, f"a number of decider loops (1 to {MAX_DECIDERS})")
+_limit = number_in(int, 1, MAX_LIMIT, f"a number of runs (1 to {MAX_LIMIT})")
+_seconds = number_in(float, 0.0, MAX_SECONDS, "a number of seconds (0 to 31,622,400)")
+_interval = number_in(
+    float, 0.0, MAX_POLL_INTERVAL, "a number of seconds above 0, at most 3600", above_low=True
+)
 
 
-def _port(value: str) -> int:
-    port = _positive(value)
-    if port > 65535:
-        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {value!r}")
-    return port
+_port = number_in(int, 1, 65535, "a port number (1 to 65535)")
 
 
 def _status(value: str) -> RunStatus:
@@ -144,12 +224,13 @@ def _status(value: str) -> RunStatus:
         return RunStatus(value.upper())
     except ValueError:
         choices = ", ".join(s.value.lower() for s in RunStatus)
-        raise argparse.ArgumentTypeError(f"unknown status {value!r} (one of {choices})") from None
+        raise argparse.ArgumentTypeError(
+            f"unknown status {shown(value)} (one of {choices})"
+        ) from None
 
 
 @asynccontextmanager
 async def _client(args: argparse.Namespace, app: App | None = None) -> AsyncIterator[Client]:
-    configure_logging(args.log_level, args.log_format)
     client = await Client.connect(args.database_url, schema=args.schema, app=app)
     try:
         yield client
@@ -198,25 +279,21 @@ def _serve_metrics(args: argparse.Namespace) -> None:
 
 
 async def _decider(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     roles = Roles(decider=True, worker=False, timer=False, deploy=not args.no_deploy)
     return await _run_loops(args, app, roles, "decider")
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     return await _run_loops(args, app, Roles(decider=False, worker=True, timer=False), "worker")
 
 
 async def _timer(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
     return await _run_loops(args, App(), Roles(decider=False, worker=False, timer=True), "timer")
 
 
 async def _dev(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
     schema = resolve_schema(args.schema)
     server = None
@@ -439,20 +516,7 @@ def _command(
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_connection_options(parser)
-    parser.add_argument(
-        "--log-level",
-        default=log_level,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        type=str.upper,
-        help=f"log verbosity (default: {log_level})",
-    )
-    parser.add_argument(
-        "--log-format",
-        default=os.environ.get("LEGATO_LOG_FORMAT", "text"),
-        choices=["text", "json"],
-        help="log lines as text or as one JSON object each (default: $LEGATO_LOG_FORMAT or text)",
-    )
+    add_common_options(parser, log_level=log_level)
     parser.set_defaults(handler=handler)
     return parser
 
@@ -460,6 +524,7 @@ def _command(
 def _add_app(parser: argparse.ArgumentParser, *, required: bool = True, what: str = "") -> None:
     parser.add_argument(
         "--app",
+        type=nonempty,
         required=required,
         metavar="MODULE:APP",
         help="the legato.App to serve, e.g. examples.signup:app (the current directory is "
@@ -481,7 +546,7 @@ def _add_loop_options(parser: argparse.ArgumentParser) -> None:
 def _add_poll(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--poll-interval",
-        type=_seconds,
+        type=_interval,
         default=1.0,
         metavar="S",
         help="seconds between polls when no NOTIFY arrives (default: 1)",
@@ -491,7 +556,7 @@ def _add_poll(parser: argparse.ArgumentParser) -> None:
 def _add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency",
-        type=_positive,
+        type=concurrency,
         default=16,
         metavar="N",
         help="tasks run at once by this process (default: 16)",
@@ -525,7 +590,7 @@ Deciders hold no state: run as many processes as you like on one database
     _add_app(decider)
     decider.add_argument(
         "--deciders",
-        type=_positive,
+        type=_deciders,
         default=2,
         metavar="N",
         help="decider loops in this process (default: 2: one decides while the other "
@@ -555,6 +620,7 @@ seconds to finish, and releases the rest so another worker takes them at once.""
     _add_app(worker)
     worker.add_argument(
         "--queue",
+        type=nonempty,
         action="append",
         metavar="Q",
         help="a queue to serve; repeat for several (default: every queue the app's tasks use)",
@@ -597,6 +663,7 @@ is what the other `legato` commands take (export LEGATO_DATABASE_URL=...).""",
     _add_app(dev)
     dev.add_argument(
         "--data-dir",
+        type=nonempty,
         default=DEFAULT_DEV_DIR,
         metavar="DIR",
         help=f"where the embedded PostgreSQL keeps its data (default: {DEFAULT_DEV_DIR})",
@@ -645,7 +712,9 @@ runs already in flight finish on the version they started on.""",
   legato runs list --workflow signup --status running
   legato runs list --limit 20 --before 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
     )
-    listing.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    listing.add_argument(
+        "--workflow", type=nonempty, metavar="NAME", help="only runs of this workflow"
+    )
     listing.add_argument(
         "--status",
         type=_status,
@@ -654,7 +723,7 @@ runs already in flight finish on the version they started on.""",
     )
     listing.add_argument(
         "--limit",
-        type=_positive,
+        type=_limit,
         default=50,
         metavar="N",
         help="at most N runs (default: 50, at most 1000)",
@@ -709,11 +778,13 @@ The deployed version of the workflow runs. Without --app the input is checked
 only when a task reads it; with --app it is first validated by the app's
 input model for that workflow. With --idempotency-key, starting again returns the same run.""",
     )
-    start.add_argument("workflow", metavar="WORKFLOW", help="the workflow's name")
+    start.add_argument("workflow", type=nonempty, metavar="WORKFLOW", help="the workflow's name")
     start.add_argument(
         "--input", metavar="JSON", help="the run's input as JSON (default: null); @- reads stdin"
     )
-    start.add_argument("--idempotency-key", metavar="KEY", help="start at most one run per key")
+    start.add_argument(
+        "--idempotency-key", type=nonempty, metavar="KEY", help="start at most one run per key"
+    )
     _add_app(start, required=False, what="; validates the input")
     start.add_argument("--wait", action="store_true", help="wait for the run and print its output")
     start.add_argument(
@@ -733,7 +804,9 @@ A signal sent before the run waits for it is buffered and consumed when the wait
 begins. With --app the payload is validated by the wait's model.""",
     )
     signal.add_argument("run_id", metavar="RUN_ID")
-    signal.add_argument("name", metavar="NAME", help="the event name the workflow waits for")
+    signal.add_argument(
+        "name", type=nonempty, metavar="NAME", help="the event name the workflow waits for"
+    )
     signal.add_argument("--payload", metavar="JSON", help="the signal's payload (default: null)")
     _add_app(signal, required=False, what="; validates the payload")
 
@@ -745,7 +818,7 @@ begins. With --app the payload is validated by the wait's model.""",
         """examples:
   legato runs emit signup.confirmed --payload '{"code": "c0de"}'""",
     )
-    emit.add_argument("name", metavar="NAME", help="the event name")
+    emit.add_argument("name", type=nonempty, metavar="NAME", help="the event name")
     emit.add_argument("--payload", metavar="JSON", help="the event's payload (default: null)")
     _add_app(emit, required=False, what="; validates the payload")
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.cli import number_at_least, render
+from legato.cli import number_in, render
 from legato.cli.runtime import _client, _command
 from legato.engine.repositories import stats
 from legato.schema import RunStatus
@@ -120,7 +120,9 @@ Runs by status and failures count runs created within --window-hours.""",
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
         "--window-hours",
-        type=number_at_least(float, 0.001, "a positive number of hours"),
+        type=number_in(
+            float, 0.0, 24.0 * 366, "a number of hours above 0, at most 8784", above_low=True
+        ),
         default=24.0,
         metavar="H",
         help="count runs created in the last H hours for runs by status and failures (default: 24)",
