@@ -29,6 +29,12 @@ def pg_server_url(legato_server_url: str) -> str:
     return legato_server_url
 
 
+@pytest.fixture(scope="session")
+def template_database(legato_template_database: str) -> str:
+    """The name of the session's migrated template database (tests clone it)."""
+    return legato_template_database
+
+
 @pytest.fixture
 def database_url(legato_database_url: str) -> str:
     """A fresh, migrated database for one test (a clone of the template)."""

@@ -104,6 +104,7 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "emit"): ("signup.confirmed",),
     ("runs", "cancel"): (RUN,),
     ("bench",): ("--scenario", "start", "--size", "tiny"),
+    ("stats",): (),
 }
 
 
