@@ -70,12 +70,12 @@ async def test_upgrade_then_current_and_check(empty_database_url: str) -> None:
 
     upgraded = await legato("db", "upgrade", database_url=url)
     assert upgraded.status == 0, upgraded.stderr
-    assert "schema 'legato' is at 0001" in upgraded.stdout
+    assert "schema 'legato' is at 0002" in upgraded.stdout
 
     current, check = await asyncio.gather(
         legato("db", "current", database_url=url), legato("db", "check", database_url=url)
     )
-    assert current.stdout.strip() == "0001 (head)"
+    assert current.stdout.strip() == "0002 (head)"
     assert check.status == 0
 
 
