@@ -17,7 +17,7 @@ async def _definitions(conn: AsyncConnection) -> dict[str, tuple[str, list[str] 
             "SELECT pg_get_functiondef(p.oid), p.proconfig FROM pg_proc p "
             f"WHERE p.oid = 'legato.{signature}'::regprocedure"
         )
-        definition, config = result.one()
+        definition, config = tuple(result.one())
         found[signature] = (str(definition), config)
     return found
 
