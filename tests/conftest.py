@@ -49,10 +49,17 @@ def pg_server_url() -> Iterator[str]:
         with PostgresContainer("postgres:18", driver=None) as container:
             yield container.get_connection_url()
         return
-    server = LocalPostgres(
-        bin_dir=Path(bin_dir) if bin_dir else None,
-        settings={"fsync": "off", "max_connections": "300", "shared_buffers": "256MB"},
-    ).start()
+    # glibc overwrites freed memory in the server's processes, so a use-after-free (the
+    # PostgreSQL 18 bug tests/integration/test_epq_rechecks.py guards against) crashes
+    # the backend at once instead of reading stale bytes that happen to be intact.
+    os.environ["MALLOC_PERTURB_"] = "165"
+    try:
+        server = LocalPostgres(
+            bin_dir=Path(bin_dir) if bin_dir else None,
+            settings={"fsync": "off", "max_connections": "300", "shared_buffers": "256MB"},
+        ).start()
+    finally:
+        del os.environ["MALLOC_PERTURB_"]
     try:
         yield server.url()
     finally:
