@@ -4,8 +4,12 @@
 
 ``legato`` runs the claim the engine uses (``legato.engine.repositories.task_queue.claim``);
 ``textbook`` runs the same claim written as ``UPDATE ... WHERE (pk) IN (SELECT ... FOR
-UPDATE SKIP LOCKED)``, which crashes PostgreSQL 18.6 within seconds under this load
-(see ``legato/engine/repositories/claims.py``). Claimers lease rows while churners
+UPDATE SKIP LOCKED)``, which crashes PostgreSQL 18.6 within seconds under this load: the
+churners' committed updates make the claim's lock node recheck rows (EvalPlanQual),
+18.x frees the recheck's partition-prune state when the lock node's input runs out, and
+the claim's nested loop then rescans its pruned ``Append`` over the hash partitions and
+reads the freed memory (docs/operations.md; ``bench/pg18_epq_repro.py`` forces the same
+with two connections). Claimers lease rows while churners
 enqueue more and delete, extend or drop the leases of random leased rows, on a fresh
 migrated database. Exit status 1 when a backend crashed (the server dropped every
 connection or was in recovery).

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from sqlalchemy import URL, make_url, select
+from sqlalchemy import URL, Connection, make_url, select
 from sqlalchemy.exc import ArgumentError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -15,15 +15,24 @@ from legato.schema import SCHEMA_PLACEHOLDER, SchemaVersion
 
 DEFAULT_SCHEMA = "legato"
 MIN_SERVER_VERSION_NUM = 150000
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# NOTIFY channels are named ``<schema>_<purpose>_v1`` and PostgreSQL truncates or refuses
+# identifiers over 63 bytes; the longest suffix ("_events_v1", "_decide_v1", "_cancel_v1")
+# is 10 characters (tests/unit/test_schema_names.py derives it from the channel functions).
+IDENTIFIER_LIMIT = 63
+LONGEST_DERIVED_SUFFIX = 10
+MAX_SCHEMA_NAME_LENGTH = IDENTIFIER_LIMIT - LONGEST_DERIVED_SUFFIX
+_IDENTIFIER = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}")
 
 
 def validate_schema_name(schema: str) -> str:
-    """A schema name Legato accepts: a plain SQL identifier (letters, digits, underscore)."""
+    """A schema name Legato accepts: at most 53 ASCII letters, digits and underscores, not
+    starting with a digit, so that every name derived from it fits PostgreSQL's limit."""
     if not _IDENTIFIER.fullmatch(schema):
         raise ConfigurationError(
-            f"invalid schema name {schema!r}: use letters, digits and underscores "
-            "(at most 63, not starting with a digit)"
+            f"invalid schema name {schema!r}: use at most {MAX_SCHEMA_NAME_LENGTH} ASCII "
+            "letters, digits and underscores, not starting with a digit (Legato's NOTIFY "
+            f"channels append up to {LONGEST_DERIVED_SUFFIX} characters to it and PostgreSQL "
+            f"names stop at {IDENTIFIER_LIMIT})"
         )
     return schema
 
@@ -112,10 +121,30 @@ def create_engine(
     )
 
 
+def read_server_version_num(conn: Connection) -> int:
+    """The server's ``server_version_num`` (150000 for 15.0); a read, no write."""
+    return int(conn.exec_driver_sql("SHOW server_version_num").scalar_one())
+
+
+def require_supported_server(version_num: int) -> None:
+    """Refuse a server older than PostgreSQL 15 (``IncompatibleDatabase``); pure."""
+    if version_num < MIN_SERVER_VERSION_NUM:
+        raise IncompatibleDatabase(
+            f"PostgreSQL {version_num // 10000} (server_version_num {version_num}) is too old: "
+            "Legato needs PostgreSQL 15 or newer (18 recommended); nothing was changed"
+        )
+
+
+def check_server_version(conn: Connection) -> None:
+    """The one server-version check: every migration path (``legato db upgrade``,
+    ``migrations.upgrade``, ``legato dev``, a host's Alembic) and every start
+    (``check_database``) calls it before anything else."""
+    require_supported_server(read_server_version_num(conn))
+
+
 async def server_version_num(conn: AsyncConnection) -> int:
     """The server's ``server_version_num`` (150000 for 15.0)."""
-    result = await conn.exec_driver_sql("SHOW server_version_num")
-    return int(result.scalar_one())
+    return await conn.run_sync(read_server_version_num)
 
 
 # The migration head this package's code expects: a constant, so that checking a
@@ -124,14 +153,28 @@ async def server_version_num(conn: AsyncConnection) -> int:
 HEAD_REVISION = "0005"
 
 
+def schema_mismatch(schema: str, applied: list[str], head: str) -> str:
+    """What to do about a schema at ``applied`` when this package needs ``head``; pure.
+
+    Revision ids are zero-padded numbers, so a larger one was written by a newer Legato,
+    which ``legato db upgrade`` from this package cannot undo or pass.
+    """
+    found = ", ".join(applied) if applied else "nothing"
+    if applied and all(rev.isdigit() for rev in applied) and max(map(int, applied)) > int(head):
+        return (
+            f"schema {schema!r} is at migration {found}, newer than this Legato package "
+            f"(which knows migrations up to {head}): upgrade the legato package to the "
+            "release that migrated this database"
+        )
+    return (
+        f"schema {schema!r} is at migration {found}, this Legato needs {head}: "
+        "run `legato db upgrade` (or `alembic upgrade head` with Legato's branch)"
+    )
+
+
 async def check_database(conn: AsyncConnection, schema: str) -> None:
     """Refuse a server older than 15 or a schema not at this package's migration head."""
-    version = await server_version_num(conn)
-    if version < MIN_SERVER_VERSION_NUM:
-        raise IncompatibleDatabase(
-            f"PostgreSQL {version // 10000} is too old: Legato needs PostgreSQL 15 or newer "
-            "(18 recommended)"
-        )
+    await conn.run_sync(check_server_version)
     head = HEAD_REVISION
     try:
         applied = list((await conn.execute(select(SchemaVersion.version_num))).scalars().all())
@@ -139,8 +182,4 @@ async def check_database(conn: AsyncConnection, schema: str) -> None:
         await conn.rollback()
         applied = []
     if applied != [head]:
-        found = ", ".join(applied) if applied else "nothing"
-        raise IncompatibleDatabase(
-            f"schema {schema!r} is at migration {found}, this Legato needs {head}: "
-            "run `legato db upgrade` (or `alembic upgrade head` with Legato's branch)"
-        )
+        raise IncompatibleDatabase(schema_mismatch(schema, applied, head))

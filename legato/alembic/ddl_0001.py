@@ -45,7 +45,8 @@ def _q(name: str) -> str:
     return op.get_bind().dialect.identifier_preparer.quote(name)
 
 
-def _literal(value: str) -> str:
+def sql_literal(value: str) -> str:
+    """A schema name as a PL/pgSQL string literal."""
     # Schema names are validated identifiers ([A-Za-z0-9_]), so no quote can occur.
     assert value.replace("_", "").isalnum(), value
     return f"'{value}'"
@@ -83,13 +84,67 @@ LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT {_uuid7_expression()} $$""")
     )
     op.execute(f"ALTER TABLE {s}.signals ALTER COLUMN id SET DEFAULT {s}.uuid7_v1()")
 
+    op.execute(ensure_partitions_function(schema))
+    op.execute(
+        f"COMMENT ON FUNCTION {s}.ensure_partitions_v1(int, int) IS "
+        "'create run-scoped monthly and timer daily partitions ahead; "
+        "returns the partitions this call created'"
+    )
+
+    op.execute(drop_partitions_function(schema))
+    op.execute(
+        f"COMMENT ON FUNCTION {s}.drop_partitions_v1(timestamptz, boolean) IS "
+        "'retention: drop whole months older than older_than, never one with running runs'"
+    )
+
     op.execute(f"""
-CREATE FUNCTION {s}.ensure_partitions_v1(months_ahead int DEFAULT {MONTHS_AHEAD},
+CREATE FUNCTION {s}.notify_run_event_v1() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- One notification per run per statement (its newest seq), not one per event:
+    -- every notifying commit serialises on PostgreSQL's notify queue lock.
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_events_v1', run_id::text || ':' || max(seq)::text)
+       FROM appended
+      GROUP BY run_id;
+    RETURN NULL;
+END;
+$$""")
+    op.execute(
+        f"CREATE TRIGGER run_events_notify_v1 AFTER INSERT ON {s}.run_events "
+        "REFERENCING NEW TABLE AS appended "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_run_event_v1()"
+    )
+    # Work queued for a loop wakes it with no extra statement from whoever queued it:
+    # an insert into task_queue NOTIFYs the workers, an insert or update of
+    # decide_queue the deciders. Statement triggers: one notification per statement,
+    # and PostgreSQL folds identical notifications of one transaction.
+    for table, channel in (("task_queue", "tasks"), ("decide_queue", "decide")):
+        op.execute(f"""
+CREATE FUNCTION {s}.{_q(f"notify_{table}_v1")}() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_{channel}_v1', '');
+    RETURN NULL;
+END;
+$$""")
+        events = "INSERT" if table == "task_queue" else "INSERT OR UPDATE"
+        op.execute(
+            f"CREATE TRIGGER {_q(f'{table}_notify_v1')} AFTER {events} ON {s}.{_q(table)} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.{_q(f'notify_{table}_v1')}()"
+        )
+    op.execute(f"SELECT {s}.ensure_partitions_v1()")
+
+
+def ensure_partitions_function(schema: str) -> str:
+    """``ensure_partitions_v1`` as 0001 created it (0002's downgrade restores it)."""
+    s = _q(schema)
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.ensure_partitions_v1(months_ahead int DEFAULT {MONTHS_AHEAD},
                                          days_ahead int DEFAULT {DAYS_AHEAD})
 RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 DECLARE
-    sch constant text := {_literal(schema)};
+    sch constant text := {sql_literal(schema)};
     month_start timestamptz;
     day_start timestamptz;
     tbl text;
@@ -128,19 +183,19 @@ BEGIN
         END;
     END LOOP;
 END;
-$$""")
-    op.execute(
-        f"COMMENT ON FUNCTION {s}.ensure_partitions_v1(int, int) IS "
-        "'create run-scoped monthly and timer daily partitions ahead; "
-        "returns the partitions this call created'"
-    )
+$$"""
 
-    op.execute(f"""
-CREATE FUNCTION {s}.drop_partitions_v1(older_than timestamptz, dry_run boolean DEFAULT false)
+
+def drop_partitions_function(schema: str) -> str:
+    """``drop_partitions_v1`` as 0001 created it (0002's downgrade restores it)."""
+    s = _q(schema)
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.drop_partitions_v1(older_than timestamptz,
+                                                  dry_run boolean DEFAULT false)
 RETURNS TABLE (partition text, action text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    sch constant text := {_literal(schema)};
+    sch constant text := {sql_literal(schema)};
     rec record;
     suffix text;
     month_end timestamptz;
@@ -204,48 +259,7 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END;
-$$""")
-    op.execute(
-        f"COMMENT ON FUNCTION {s}.drop_partitions_v1(timestamptz, boolean) IS "
-        "'retention: drop whole months older than older_than, never one with running runs'"
-    )
-
-    op.execute(f"""
-CREATE FUNCTION {s}.notify_run_event_v1() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    -- One notification per run per statement (its newest seq), not one per event:
-    -- every notifying commit serialises on PostgreSQL's notify queue lock.
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_events_v1', run_id::text || ':' || max(seq)::text)
-       FROM appended
-      GROUP BY run_id;
-    RETURN NULL;
-END;
-$$""")
-    op.execute(
-        f"CREATE TRIGGER run_events_notify_v1 AFTER INSERT ON {s}.run_events "
-        "REFERENCING NEW TABLE AS appended "
-        f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_run_event_v1()"
-    )
-    # Work queued for a loop wakes it with no extra statement from whoever queued it:
-    # an insert into task_queue NOTIFYs the workers, an insert or update of
-    # decide_queue the deciders. Statement triggers: one notification per statement,
-    # and PostgreSQL folds identical notifications of one transaction.
-    for table, channel in (("task_queue", "tasks"), ("decide_queue", "decide")):
-        op.execute(f"""
-CREATE FUNCTION {s}.{_q(f"notify_{table}_v1")}() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_{channel}_v1', '');
-    RETURN NULL;
-END;
-$$""")
-        events = "INSERT" if table == "task_queue" else "INSERT OR UPDATE"
-        op.execute(
-            f"CREATE TRIGGER {_q(f'{table}_notify_v1')} AFTER {events} ON {s}.{_q(table)} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.{_q(f'notify_{table}_v1')}()"
-        )
-    op.execute(f"SELECT {s}.ensure_partitions_v1()")
+$$"""
 
 
 def _uuid7_expression() -> str:

@@ -15,7 +15,7 @@ from alembic import context
 from sqlalchemy import Connection, func, select
 from sqlalchemy.schema import CreateSchema
 
-from legato.db import DEFAULT_SCHEMA, resolve_url, validate_schema_name
+from legato.db import DEFAULT_SCHEMA, check_server_version, resolve_url, validate_schema_name
 from legato.migrations import VERSION_TABLE
 from legato.schema import metadata
 
@@ -34,6 +34,7 @@ def _lock_key() -> object:
 
 
 def run_with(connection: Connection) -> None:
+    check_server_version(connection)  # before the first write (the schema below)
     # A session-level advisory lock serialises concurrent upgrades of one schema;
     # committed at once so each migration still runs in its own transaction.
     connection.execute(select(func.pg_advisory_lock(_lock_key())))

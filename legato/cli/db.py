@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
 from legato.cli import add_common_options, nonempty, number_in, shown
-from legato.db import create_engine, resolve_schema, resolve_url
+from legato.db import create_engine, resolve_schema, resolve_url, schema_mismatch
 from legato.engine.repositories import partitions
 from legato.errors import ConfigurationError, DatabaseUnavailable
 
@@ -72,10 +72,7 @@ async def _check(args: argparse.Namespace) -> int:
     if state.up_to_date:
         print(f"schema {schema!r} is at head {state.head}")
         return 0
-    found = ", ".join(state.current) or "nothing"
-    print(
-        f"schema {schema!r} is at {found}, this Legato needs {state.head}: run `legato db upgrade`"
-    )
+    print(schema_mismatch(schema, list(state.current), state.head))
     return 1
 
 

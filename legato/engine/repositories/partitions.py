@@ -1,7 +1,8 @@
 """Partitions of the run-scoped tables (monthly) and of ``timers`` (daily).
 
-Creation and retention run inside SQL functions of migration 0001
-(``ensure_partitions_v1``, ``drop_partitions_v1``), which serialise on one advisory
+Creation and retention run inside SQL functions (``ensure_partitions_v1``,
+``drop_partitions_v1``, created by migration 0001 and replaced by 0002 so that their
+arithmetic is UTC whatever the connection's ``timezone``), which serialise on one advisory
 lock per schema; this module calls them and reads the catalog. Functions live in
 the real schema, so their package name comes from the connection's
 ``schema_translate_map`` (``schema_translate_map`` does not rewrite function names).
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Boolean, DateTime, Integer, Text, column, func, literal, select, table
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -23,7 +25,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.type_api import to_instance
 
 from legato.db import DEFAULT_SCHEMA, validate_schema_name
-from legato.errors import InvalidRunId
+from legato.errors import ConfigurationError, InvalidRunId
 from legato.schema import SCHEMA_PLACEHOLDER, Runs, is_uuid7, uuid7_time_ms
 
 Bounds = Sequence[tuple[uuid.UUID, uuid.UUID]]
@@ -104,6 +106,29 @@ async def ensure(conn: AsyncConnection, months_ahead: int = 3, days_ahead: int =
     return [str(name) for name in result.scalars()]
 
 
+def month_start(moment: datetime) -> datetime:
+    """The first instant of ``moment``'s month in UTC (partition months are UTC months)."""
+    utc = moment.astimezone(UTC)
+    return datetime(utc.year, utc.month, 1, tzinfo=UTC)
+
+
+def check_retention_cutoff(older_than: datetime, now: datetime) -> None:
+    """Refuse a retention cut-off later than the start of ``now``'s UTC month; pure.
+
+    A later cut-off would drop the current month (still being written) and the months
+    created ahead. ``drop_partitions_v1`` refuses the same on the server's clock.
+    """
+    if older_than.tzinfo is None:
+        raise ValueError("older_than must be timezone-aware")
+    latest = month_start(now)
+    if older_than > latest:
+        raise ConfigurationError(
+            f"retention cut-off {older_than.astimezone(UTC):%Y-%m-%d %H:%M} UTC is after the "
+            f"start of the current month ({latest:%Y-%m-%d}): only months that ended by the "
+            f"cut-off are dropped, so give a date no later than {latest:%Y-%m-%d}"
+        )
+
+
 async def drop(
     conn: AsyncConnection, older_than: datetime, dry_run: bool = False
 ) -> list[tuple[str, str]]:
@@ -111,20 +136,34 @@ async def drop(
     partition that ended by ``older_than``; return ``(partition, action)`` pairs where the
     action is ``dropped``, ``would drop`` or ``kept: <reason>``.
 
-    Called by ``legato partitions drop`` (retention). Served by ``drop_partitions_v1``,
-    under the same advisory lock as ``ensure``: a month that still has a RUNNING run
-    (checked through ``ix_runs_active``) is kept and reported, never dropped.
+    Called by ``legato partitions drop`` (retention). A cut-off after the start of the
+    current UTC month raises ``ConfigurationError`` and changes nothing (checked here and
+    again by the function). Served by ``drop_partitions_v1``, under the same advisory lock
+    as ``ensure``: a month that still has a RUNNING run (checked through
+    ``ix_runs_active``) is kept and reported, never dropped.
     """
-    if older_than.tzinfo is None:
-        raise ValueError("older_than must be timezone-aware")
+    check_retention_cutoff(older_than, datetime.now(UTC))
     rows = _function(
         conn,
         "drop_partitions_v1",
         literal(older_than, DateTime(timezone=True)),
         literal(dry_run, Boolean()),
     ).table_valued(column("partition", Text()), column("action", Text()))
-    result = await conn.execute(select(rows.c.partition, rows.c.action))
+    try:
+        result = await conn.execute(select(rows.c.partition, rows.c.action))
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) != _RETENTION_REFUSED:
+            raise
+        # This host's clock is ahead of the server's; the server's month decides.
+        raise ConfigurationError(f"refused by the database: {_first_line(error.orig)}") from None
     return [(str(partition), str(action)) for partition, action in result]
+
+
+_RETENTION_REFUSED = "22023"  # drop_partitions_v1's refusal (migration 0002)
+
+
+def _first_line(error: BaseException | None) -> str:
+    return str(error).strip().splitlines()[0].split(": ", 1)[-1]
 
 
 async def run_partition_bounds(conn: AsyncConnection) -> list[tuple[uuid.UUID, uuid.UUID]]:

@@ -1,0 +1,282 @@
+"""Every locking statement the engine runs, forced through a recheck of a concurrently
+updated row (EvalPlanQual), on the session's real server.
+
+PostgreSQL 18.x frees partition-prune state still referenced after such a recheck in a
+lock node whose input runs out, when an ``Append`` with run-time pruning inside a CTE or
+subquery is rescanned afterwards (docs/operations.md, ``bench/pg18_epq_repro.py``). The
+engine's statements are safe by their shape; a future edit that makes one unsafe should
+crash here, in the normal suite, not in production under load.
+
+How the recheck is forced: another transaction updates a row the statement will lock
+and holds it. A plain ``FOR UPDATE`` (``runs.lock_many``) blocks on that row until the
+updater commits. The ``SKIP LOCKED`` claims would skip a held row instead, so a test
+row-level security policy makes the claim's scan wait when it reaches that row (on an
+advisory lock the test holds, in a role the policy applies to); the updater commits
+during the wait, and the lock node then finds its snapshot's version out of date: the
+recheck. Each claim's ``limit`` exceeds the rows there are, so its lock node's input
+runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import pytest_asyncio
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from legato.engine.decider.model import EnqueueTask
+from legato.engine.repositories import decide_queue, runs, task_queue, timers
+from legato.schema import (
+    NodeKind,
+    Runs,
+    RunStatus,
+    Tasks,
+    TaskState,
+    Timers,
+    WorkflowDefinitions,
+    uuid7,
+)
+
+T = TypeVar("T")
+PAUSE_LOCK = 7243
+
+
+@pytest_asyncio.fixture
+async def paused_role(engine: AsyncEngine) -> AsyncIterator[str]:
+    """A role subject to the row-level security policies ``_pause_scans_of`` adds (the
+    test connects as a superuser, which bypasses them)."""
+    role = f"epq_{uuid.uuid4().hex[:12]}"
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql(f"CREATE ROLE {role}")
+        await conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA legato TO {role}")
+        await conn.exec_driver_sql(f"GRANT ALL ON ALL TABLES IN SCHEMA legato TO {role}")
+        await conn.exec_driver_sql(f"""
+CREATE FUNCTION legato.epq_pause(key text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('epq.pause', true) = key THEN
+        PERFORM pg_advisory_xact_lock_shared({PAUSE_LOCK});
+    END IF;
+    RETURN true;
+END $$""")
+    yield role
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql(f"DROP OWNED BY {role}")
+        await conn.exec_driver_sql(f"DROP ROLE {role}")
+
+
+async def _pause_scans_of(engine: AsyncEngine, table: str, key: str) -> None:
+    """Sessions that ``SET LOCAL epq.pause`` to a row's ``key`` wait on ``PAUSE_LOCK`` when
+    their scan reaches that row: after their snapshot, before their lock node locks it."""
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql(f"ALTER TABLE legato.{table} ENABLE ROW LEVEL SECURITY")
+        await conn.exec_driver_sql(
+            f"CREATE POLICY epq_pause ON legato.{table} USING (legato.epq_pause({key}::text))"
+        )
+
+
+async def _waits(observer: AsyncConnection, pid: int, event: str) -> None:
+    """Until backend ``pid`` waits on a lock of kind ``event`` (bounded: 30 s)."""
+    for _ in range(3000):
+        result = await observer.exec_driver_sql(
+            f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}"
+        )
+        if result.scalar_one_or_none() == event:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the statement never waited on a {event} lock")
+
+
+async def _with_recheck(
+    engine: AsyncEngine,
+    held_update: str,
+    statement: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    paused: tuple[str, uuid.UUID] | None,
+) -> T:
+    """Run ``statement`` so that it locks a row ``held_update`` changed after its snapshot;
+    ``paused`` (a role and a row key) makes its scan wait at that row for the commit."""
+    observer = await engine.connect()
+    updater = await engine.connect()
+    victim = await engine.connect()
+    try:
+        if paused:
+            await observer.exec_driver_sql(f"SELECT pg_advisory_lock({PAUSE_LOCK})")
+        await observer.commit()
+        await updater.begin()
+        await updater.exec_driver_sql(held_update)
+        await victim.begin()
+        pid = int((await victim.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one())
+        if paused:
+            role, key = paused
+            await victim.exec_driver_sql(f"SET LOCAL ROLE {role}")
+            await victim.exec_driver_sql(f"SET LOCAL epq.pause = '{key}'")
+        running = asyncio.ensure_future(statement(victim))
+        await _waits(observer, pid, "advisory" if paused else "transactionid")
+        await updater.commit()
+        if paused:
+            await observer.exec_driver_sql(f"SELECT pg_advisory_unlock({PAUSE_LOCK})")
+            await observer.commit()
+        result = await asyncio.wait_for(running, 30)
+        await victim.commit()
+    finally:
+        for conn in (victim, updater, observer):
+            await conn.close()
+    async with engine.connect() as conn:  # the server is still up
+        assert (await conn.exec_driver_sql("SELECT 1")).scalar_one() == 1
+    return result
+
+
+async def _runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
+    ids = sorted(uuid7() for _ in range(count))
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(WorkflowDefinitions.table).values(
+                name="epq", version=1, spec={"nodes": []}, spec_hash="epq"
+            )
+        )
+        await conn.execute(
+            insert(Runs.table),
+            [
+                {
+                    "id": i,
+                    "workflow_name": "epq",
+                    "workflow_version": 1,
+                    "status": RunStatus.RUNNING,
+                }
+                for i in ids
+            ],
+        )
+    return ids
+
+
+async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
+    run_ids = await _runs(engine, 2)
+    task_ids = [uuid7(), uuid7()]
+    now = datetime.now(UTC) - timedelta(seconds=1)
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(Tasks.table),
+            [
+                {
+                    "run_id": run_id,
+                    "id": task_id,
+                    "node_id": f"n{n}",
+                    "kind": NodeKind.TASK,
+                    "state": TaskState.QUEUED,
+                    "task_name": "work",
+                    "queue": "default",
+                }
+                for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
+            ],
+        )
+        await task_queue.enqueue(
+            conn,
+            [
+                (
+                    run_id,
+                    EnqueueTask(
+                        task_id=task_id,
+                        task_name="work",
+                        queue="default",
+                        attempt=1,
+                        priority=1 - n,  # the first row is claimed first
+                        available_at=now,
+                    ),
+                )
+                for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
+            ],
+        )
+    await _pause_scans_of(engine, "task_queue", "task_id")
+    claimed = await _with_recheck(
+        engine,
+        f"UPDATE legato.task_queue SET priority = priority WHERE task_id = '{task_ids[1]}'",
+        lambda conn: task_queue.claim(
+            conn, ["default", "other"], ["work"], "epq-worker", 10, timedelta(seconds=30)
+        ),
+        paused=(paused_role, task_ids[1]),
+    )
+    assert sorted(c.task_id for c in claimed) == sorted(task_ids)
+
+
+async def _decide_rows(engine: AsyncEngine) -> list[uuid.UUID]:
+    run_ids = await _runs(engine, 2)
+    past = datetime.now(UTC) - timedelta(seconds=10)
+    async with engine.begin() as conn:
+        for n, run_id in enumerate(run_ids):  # the first is the oldest, taken first
+            await decide_queue.enqueue(
+                conn, [run_id], "epq", available_at=past + timedelta(seconds=n)
+            )
+    await _pause_scans_of(engine, "decide_queue", "run_id")
+    return run_ids
+
+
+async def test_decider_take(engine: AsyncEngine, paused_role: str) -> None:
+    run_ids = await _decide_rows(engine)
+    taken = await _with_recheck(
+        engine,
+        f"UPDATE legato.decide_queue SET reason = 'changed' WHERE run_id = '{run_ids[1]}'",
+        lambda conn: decide_queue.take(conn, 10),
+        paused=(paused_role, run_ids[1]),
+    )
+    assert taken == run_ids
+
+
+async def test_decider_take_of_chosen_runs(engine: AsyncEngine, paused_role: str) -> None:
+    run_ids = await _decide_rows(engine)
+    taken = await _with_recheck(
+        engine,
+        f"UPDATE legato.decide_queue SET reason = 'changed' WHERE run_id = '{run_ids[1]}'",
+        lambda conn: decide_queue.take(conn, 10, run_ids=[*run_ids, uuid7()]),
+        paused=(paused_role, run_ids[1]),
+    )
+    assert taken == run_ids
+
+
+async def test_timer_take(engine: AsyncEngine, paused_role: str) -> None:
+    run_ids = await _runs(engine, 2)
+    now = datetime.now(UTC)
+    first = max(now - timedelta(seconds=2), now.replace(hour=0, minute=0, second=0, microsecond=0))
+    ids = [uuid7(), uuid7()]
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(Timers.table),
+            [
+                {
+                    "fire_at": first + timedelta(microseconds=n),
+                    "id": ids[n],
+                    "run_id": run_ids[n],
+                    "task_id": uuid7(),
+                    "attempt": 1,
+                    "kind": "SLEEP",
+                    "due_at": first,
+                }
+                for n in range(2)
+            ],
+        )
+    await _pause_scans_of(engine, "timers", "id")
+    due = await _with_recheck(
+        engine,
+        f"UPDATE legato.timers SET attempt = attempt WHERE id = '{ids[1]}'",
+        lambda conn: timers.take_due(conn, 10),
+        paused=(paused_role, ids[1]),
+    )
+    assert [timer.id for timer in due] == ids
+
+
+async def test_decider_run_lock(engine: AsyncEngine) -> None:
+    run_ids = await _runs(engine, 3)
+    locked = await _with_recheck(
+        engine,
+        f"UPDATE legato.runs SET cancel_requested_at = now() WHERE id = '{run_ids[1]}'",
+        lambda conn: runs.lock_many(conn, run_ids),
+        paused=None,
+    )
+    assert [row.id for row, _ in locked] == run_ids
+    # The lock read the committed update: the recheck happened.
+    assert [row.cancel_requested for row, _ in locked] == [False, True, False]
+    assert [seq for _, seq in locked] == [0, 0, 0]
