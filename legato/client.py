@@ -27,7 +27,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.db import check_database, create_engine, resolve_schema
+from legato.db import check_database, connect, create_engine, resolve_schema
 from legato.engine.decider.model import TaskError
 from legato.engine.deploy import deploy_workflows, store_version, with_children
 from legato.engine.repositories import (
@@ -40,6 +40,7 @@ from legato.engine.repositories import (
     signals,
     tasks,
 )
+from legato.engine.repositories.decide_queue import QuarantinedRun
 from legato.engine.repositories.run_events import HistoryEvent
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.tasks import TaskRow
@@ -138,7 +139,7 @@ class Client:
         """Connect (``LEGATO_DATABASE_URL`` by default) and check the server and schema."""
         engine = create_engine(database_url, schema)
         try:
-            async with engine.connect() as conn:
+            async with connect(engine) as conn:
                 await check_database(conn, resolve_schema(schema))
         except BaseException:
             await engine.dispose()
@@ -366,6 +367,24 @@ class Client:
         else:
             data = payload
         return self._sized(strip_nul(data), f"payload of signal {name!r}")
+
+    async def resume(self, run_id: uuid.UUID) -> bool:
+        """Make a quarantined run's decision due again with a clean failure count (after
+        fixing what made it fail); False if the run is not quarantined. Raises
+        ``RunNotFound`` for an unknown run."""
+        async with self.engine.begin() as conn:
+            if await decide_queue.resume(conn, run_id):
+                return True
+            if await runs.get(conn, run_id) is None:
+                raise RunNotFound(f"no run {run_id}")
+        return False
+
+    async def list_quarantined(self, limit: int = 50) -> list[QuarantinedRun]:
+        """Runs whose decisions failed too often in a row, most recently parked first,
+        each with its last error (``legato runs list --quarantined``)."""
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        return await self._read(lambda conn: decide_queue.quarantined(conn, limit))
 
     async def cancel(self, run_id: uuid.UUID) -> None:
         """Ask a running run to cancel: pending work is cancelled, running tasks are
