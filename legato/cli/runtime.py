@@ -19,6 +19,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from pydantic import JsonValue
 from legato import migrations
 from legato.cli import add_connection_options, number_at_least, render
 from legato.client import Client
-from legato.db import check_database, create_engine, resolve_schema, resolve_url
+from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 from legato.errors import ConfigurationError, InvalidInput, InvalidRunId, LegatoError
@@ -123,6 +124,13 @@ _positive = number_at_least(int, 1, "a positive whole number")
 _seconds = number_at_least(float, 0.0, "a number of seconds")
 
 
+def _positive_seconds(value: str) -> float:
+    seconds = _seconds(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {value!r}")
+    return seconds
+
+
 def _status(value: str) -> RunStatus:
     try:
         return RunStatus(value.upper())
@@ -146,8 +154,6 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
     schema = resolve_schema(args.schema)
     engine = create_engine(resolve_url(args.database_url), schema)
     try:
-        async with engine.connect() as conn:
-            await check_database(conn, schema)
         runtime = Runtime(
             engine,
             app,
@@ -157,6 +163,8 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
             deciders=getattr(args, "deciders", 2),
             poll_interval=args.poll_interval,
             grace_period=getattr(args, "grace_period", 30.0),
+            lease=timedelta(seconds=getattr(args, "lease", 30.0)),
+            startup_timeout=args.startup_timeout,
         )
         detail = ""
         if runtime.worker is not None:
@@ -225,6 +233,7 @@ async def _dev(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             poll_interval=args.poll_interval,
             grace_period=args.grace_period,
+            lease=timedelta(seconds=args.lease),
         )
         log.info("decider, worker, timer and lease sweeper running; Ctrl-C stops them")
         await runtime.run_until_signalled()
@@ -251,6 +260,8 @@ async def _deploy(args: argparse.Namespace) -> int:
 
 
 async def _runs_list(args: argparse.Namespace) -> int:
+    if args.quarantined:
+        return await _runs_quarantined(args)
     async with _client(args) as client:
         page = await client.list_runs(
             workflow=args.workflow, status=args.status, before=args.before, limit=args.limit
@@ -262,6 +273,33 @@ async def _runs_list(args: argparse.Namespace) -> int:
         print(line)
     if page.next_before is not None:
         print(f"(more: legato runs list --before {page.next_before})")
+    return 0
+
+
+async def _runs_quarantined(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        parked = await client.list_quarantined(limit=args.limit)
+    if not parked:
+        print("no quarantined runs")
+        return 0
+    print(f"{'RUN':36}  {'WORKFLOW':20}  {'FAILURES':>8}  {'QUARANTINED AT':25}  LAST ERROR")
+    for run in parked:
+        when = run.quarantined_at.isoformat(timespec="seconds")
+        error = (run.last_error or "").splitlines()[0] if run.last_error else ""
+        print(f"{run.run_id!s:36}  {run.workflow_name:20}  {run.failures:>8}  {when:25}  {error}")
+    print("(after fixing the cause: legato runs resume RUN_ID)")
+    return 0
+
+
+async def _runs_resume(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    async with _client(args) as client:
+        if not await client.resume(run_id):
+            raise LegatoError(
+                f"run {run_id} is not quarantined: nothing to resume "
+                "(`legato runs list --quarantined` lists the runs that are)"
+            )
+    print(f"resumed run {run_id}: its decision is due again")
     return 0
 
 
@@ -447,6 +485,17 @@ def _add_poll(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_startup_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--startup-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="at start, seconds to keep retrying an unreachable database before exiting "
+        "(default: 60; once running, a process retries forever)",
+    )
+
+
 def _add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency",
@@ -462,6 +511,14 @@ def _add_worker_options(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="on SIGTERM, seconds in-flight tasks get to finish before their attempts are "
         "released to other workers (default: 30)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=_positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds an attempt's lease lasts; the worker extends it every S/3 while the "
+        "task runs, and a crashed worker's attempts are retried after it (default: 30)",
     )
 
 
@@ -496,6 +553,7 @@ Deciders hold no state: run as many processes as you like on one database
         help="do not deploy the app's workflows at start (use `legato deploy` instead)",
     )
     _add_poll(decider)
+    _add_startup_timeout(decider)
 
     worker = _command(
         commands,
@@ -520,6 +578,7 @@ seconds to finish, and releases the rest so another worker takes them at once.""
     )
     _add_worker_options(worker)
     _add_poll(worker)
+    _add_startup_timeout(worker)
 
     timer = _command(
         commands,
@@ -535,6 +594,7 @@ deciders. One or two per database are plenty; more are safe (SKIP LOCKED).""",
         log_level="INFO",
     )
     _add_poll(timer)
+    _add_startup_timeout(timer)
 
     dev = _command(
         commands,
@@ -619,6 +679,11 @@ runs already in flight finish on the version they started on.""",
         help="at most N runs (default: 50, at most 1000)",
     )
     listing.add_argument(
+        "--quarantined",
+        action="store_true",
+        help="list runs parked after too many failed decisions instead, with their last error",
+    )
+    listing.add_argument(
         "--before",
         type=_run_id_arg,
         metavar="RUN_ID",
@@ -634,6 +699,20 @@ runs already in flight finish on the version they started on.""",
   legato runs show 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
     )
     show.add_argument("run_id", metavar="RUN_ID")
+
+    resume = _command(
+        group,
+        "resume",
+        "make a quarantined run's decision due again (after fixing what made it fail)",
+        _runs_resume,
+        """examples:
+  legato runs list --quarantined
+  legato runs resume 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
+
+A run whose decision fails is retried with back-off; after 10 failures in a row
+it is quarantined: no decider touches it until it is resumed.""",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
 
     watch = _command(
         group,

@@ -35,7 +35,7 @@ from legato.engine.decider.model import (
     StartChildRun,
     TaskError,
 )
-from legato.engine.loops import Loop, Wakeups
+from legato.engine.loops import Loop, Wakeups, one_line
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
     decide_queue,
@@ -305,7 +305,8 @@ class DeciderLoop(Loop):
                 raise
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
-            log.warning("deciding %d runs together failed; retrying one by one", len(claimed))
+            if len(claimed) > 1:
+                log.info("deciding %d runs together failed; retrying one by one", len(claimed))
             await self._one_by_one(claimed, now)
         return len(claimed) >= self.batch_size
 
@@ -343,7 +344,7 @@ class DeciderLoop(Loop):
                 "`legato runs resume %s`",
                 run_id,
                 failures,
-                message,
+                one_line(error),
                 run_id,
                 exc_info=error,
             )
@@ -355,7 +356,7 @@ class DeciderLoop(Loop):
             run_id,
             failures,
             self.max_failures,
-            message,
+            one_line(error),
             delay.total_seconds(),
             exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
         )

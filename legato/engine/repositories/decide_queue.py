@@ -97,7 +97,7 @@ async def take(
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None), params)
-    return dict(sorted((run_id, failures) for run_id, failures in result.tuples()))
+    return dict(sorted((run_id, failures) for run_id, failures in result.all()))
 
 
 @cache
@@ -191,4 +191,4 @@ async def quarantined(conn: AsyncConnection, limit: int) -> list[QuarantinedRun]
         .order_by(DecideQueue.quarantined_at.desc())
         .limit(limit)
     )
-    return [QuarantinedRun(*row) for row in rows.tuples()]
+    return [QuarantinedRun(*row) for row in rows.all()]
