@@ -122,7 +122,7 @@ def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None
                 "LEGATO_DATABASE_URL)",
                 retryable=False,
             )
-        if isinstance(cause, OSError | _PASSING):
+        if isinstance(cause, (OSError, *_PASSING)):
             detail = str(cause) or type(cause).__name__
             return DatabaseUnavailable(
                 f"cannot reach the database at {where(url)}: {detail} "
