@@ -71,9 +71,10 @@ def create_engine(
     """An async engine whose Core statements target ``schema`` (``schema_translate_map``).
 
     No ``pool_pre_ping`` by default: the loops check out a connection per statement, so a
-    ping would double their round trips, and a dead pooled connection (after a database
-    restart) invalidates the whole pool on first use anyway. ``Client.connect`` turns it
-    on: a client's connections idle long and a failed call is the user's error.
+    ping would double their round trips, while a disconnect error already makes
+    SQLAlchemy invalidate the whole pool. After a database restart a loop loses about
+    one tick (one log line, retried), and ``Client`` reads retry once on a fresh
+    connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
     """
     target = url if isinstance(url, URL) else resolve_url(url)
     options: dict[str, Any] = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": False}

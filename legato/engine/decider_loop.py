@@ -320,6 +320,8 @@ class DeciderLoop(Loop):
                     async with conn.begin_nested():
                         batch = await decide_runs(conn, [run_id], self.specs, now)
                 except Exception as error:
+                    if conn.invalidated:
+                        raise  # the connection died, not the decision: the tick is retried
                     await self._failed(conn, run_id, failed_before + 1, error, now)
                     continue
                 self.decided += 1

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -37,7 +37,13 @@ def is_database_error(error: BaseException) -> bool:
     as it is, unlike a bug in the code."""
     return isinstance(
         error,
-        DBAPIError | PoolTimeout | OSError | asyncpg.PostgresError | asyncpg.InterfaceError,
+        DBAPIError
+        | PoolTimeout
+        | PendingRollbackError  # a connection that died inside a transaction
+        | OSError
+        | asyncpg.PostgresError
+        | asyncpg.InterfaceError
+        | asyncpg.exceptions.InternalClientError,  # a connection killed mid-operation
     )
 
 
@@ -181,17 +187,25 @@ class Wakeups:
         async with self._lock:
             if self._conn is not None and (await self._driver()).is_closed():
                 log.warning("the LISTEN connection was lost; reconnecting")
-                with contextlib.suppress(Exception):
-                    await self._conn.invalidate()
-                self._conn = None
-                self._listening.clear()
+                await self._drop()
             missing = sorted(self._wanted - self._listening)
             if not missing:
                 return
-            driver = await self._driver()
-            for channel in missing:
-                await driver.add_listener(channel, self._on_notify)
-                self._listening.add(channel)
+            try:
+                driver = await self._driver()
+                for channel in missing:
+                    await driver.add_listener(channel, self._on_notify)
+                    self._listening.add(channel)
+            except BaseException:
+                await self._drop()  # half set up: start afresh next time
+                raise
+
+    async def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.invalidate()
+        self._conn = None
+        self._listening.clear()
 
 
 class Loop:

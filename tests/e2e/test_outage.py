@@ -52,19 +52,23 @@ async def test_runs_finish_while_backends_are_terminated(
     logs = [tmp_path / f"{role}.log" for role in ("all", "worker")]
     procs = [_start(log.stem, database_url, log) for log in logs]
     try:
-        handles = await client.start_many(flows.chain, list(range(200)))
+        handles = await client.start_many(flows.chain, list(range(400)))
         running = (
             select(func.count()).select_from(Runs.table).where(Runs.status == RunStatus.RUNNING)
+        )
+        finished = (
+            select(func.count()).select_from(Runs.table).where(Runs.status != RunStatus.RUNNING)
         )
         killed = terminated = 0
         deadline = time.monotonic() + 180
         while await _scalar(engine, running):
             assert time.monotonic() < deadline, "runs left unfinished"
             assert all(p.poll() is None for p in procs), "a process died"
-            if killed < 6:  # six rounds of every connection dying, then let it finish
+            flowing = await _scalar(engine, finished) >= 10
+            if flowing and killed < 6:  # six rounds of every connection dying, then rest
                 killed += 1
                 terminated += await _terminate_others(engine)
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.2)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
@@ -83,8 +87,8 @@ async def test_runs_finish_while_backends_are_terminated(
                 .group_by(Tasks.run_id, Tasks.node_id, Tasks.iteration)
             )
         ).all()
-    assert [outputs[h.run_id] for h in handles] == [(n + 1) * 2 + 1 for n in range(200)]
-    assert len(completed) == 600 and all(count == 1 for *_, count in completed)
+    assert [outputs[h.run_id] for h in handles] == [(n + 1) * 2 + 1 for n in range(400)]
+    assert len(completed) == 1200 and all(count == 1 for *_, count in completed)
     for table in (DecideQueue.table, TaskQueue.table):
         assert await _scalar(engine, select(func.count()).select_from(table)) == 0
     for log in logs:
