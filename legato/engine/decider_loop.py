@@ -35,7 +35,7 @@ from legato.engine.decider.model import (
     StartChildRun,
     TaskError,
 )
-from legato.engine.loops import Loop, Wakeups, one_line
+from legato.engine.loops import Loop, Wakeups, one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
     decide_queue,
@@ -360,7 +360,7 @@ class DeciderLoop(Loop):
             self.max_failures,
             one_line(error),
             delay.total_seconds(),
-            exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
+            exc_info=traceback_at_debug(log, error),
         )
 
     async def _announce(self, conn: AsyncConnection, cancels: bool) -> None:

@@ -55,7 +55,7 @@ def one_line(error: BaseException) -> str:
     return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
 
 
-def _traceback_at_debug(logger: logging.Logger, error: BaseException) -> BaseException | None:
+def traceback_at_debug(logger: logging.Logger, error: BaseException) -> BaseException | None:
     return error if logger.isEnabledFor(logging.DEBUG) else None
 
 
@@ -157,7 +157,7 @@ class Wakeups:
                 "cannot LISTEN on %s yet (%s); polling until the database answers",
                 channel,
                 one_line(error),
-                exc_info=_traceback_at_debug(log, error),
+                exc_info=traceback_at_debug(log, error),
             )
         return event
 
@@ -274,7 +274,7 @@ class Loop:
                     self.name,
                     one_line(error),
                     self._error_backoff,
-                    exc_info=_traceback_at_debug(log, error),
+                    exc_info=traceback_at_debug(log, error),
                 )
                 await self._sleep(self._error_backoff)
                 continue

@@ -24,7 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.context import TaskCancelled, TaskContext
 from legato.engine.decider.model import TaskError
-from legato.engine.loops import Loop, Wakeups, is_database_error, one_line, supervise
+from legato.engine.loops import (
+    Loop,
+    Wakeups,
+    is_database_error,
+    one_line,
+    supervise,
+    traceback_at_debug,
+)
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks
 from legato.flow import App, TaskDefinition
@@ -235,7 +242,7 @@ class Worker(Loop):
                 len(self._reports),
                 one_line(error),
                 self._report_backoff,
-                exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
+                exc_info=traceback_at_debug(log, error),
             )
             return False
         if self._report_backoff:
@@ -272,7 +279,7 @@ class Worker(Loop):
                         "extending leases failed (%s); retrying in %.1fs",
                         one_line(error),
                         interval,
-                        exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
+                        exc_info=traceback_at_debug(log, error),
                     )
         finally:
             if self._wakeups is not None:
