@@ -34,7 +34,7 @@ from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
 from legato.engine.worker import Worker
-from legato.errors import LoopFailed
+from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
 
 log = logging.getLogger("legato")
@@ -72,9 +72,11 @@ class Runtime:
         decision_retry_delay: timedelta = timedelta(seconds=2),
     ) -> None:
         if lease <= timedelta(0):
-            raise ValueError(f"lease must be positive, got {lease}")
+            raise ConfigurationError(
+                f"lease must be positive, got {lease}: pass e.g. timedelta(seconds=30)"
+            )
         if max_decision_failures < 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"max_decision_failures must be at least 1, got {max_decision_failures}"
             )
         self.engine = engine
