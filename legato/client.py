@@ -26,7 +26,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.db import check_database, create_engine, resolve_schema
+from legato.db import check_database, connect, create_engine, resolve_schema
 from legato.engine.decider.model import TaskError
 from legato.engine.deploy import deploy_workflows, store_version
 from legato.engine.repositories import (
@@ -39,6 +39,7 @@ from legato.engine.repositories import (
     signals,
     tasks,
 )
+from legato.engine.repositories.decide_queue import QuarantinedRun
 from legato.engine.repositories.run_events import HistoryEvent
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.tasks import TaskRow
@@ -189,7 +190,7 @@ class Client:
             raise ConfigurationError(f"Client.connect(app=...) must be a legato.App, not {app!r}")
         engine = create_engine(database_url, schema)
         try:
-            async with engine.connect() as conn:
+            async with connect(engine) as conn:
                 await check_database(conn, resolve_schema(schema))
         except BaseException:
             await engine.dispose()
@@ -532,6 +533,24 @@ class Client:
             data = _plain(payload)
         return self._sized(data, f"payload of signal {name!r}")
 
+    async def resume(self, run_id: RunId) -> bool:
+        """Make a quarantined run's decision due again with a clean failure count (after
+        fixing what made it fail); False if the run is not quarantined. Raises
+        ``RunNotFound`` for an unknown run."""
+        run_id = as_run_id(run_id)
+        async with self.engine.begin() as conn:
+            if await decide_queue.resume(conn, run_id):
+                return True
+            if await runs.get(conn, run_id) is None:
+                raise RunNotFound(f"no run {run_id}")
+        return False
+
+    async def list_quarantined(self, limit: int = 50) -> list[QuarantinedRun]:
+        """Runs whose decisions failed too often in a row, most recently parked first,
+        each with its last error (``legato runs list --quarantined``)."""
+        _check_limit(limit)
+        return await self._read(lambda conn: decide_queue.quarantined(conn, limit))
+
     async def cancel(self, run_id: RunId) -> None:
         """Ask a running run to cancel: pending work is cancelled, running tasks are
         interrupted, and the run finishes CANCELLED."""
@@ -625,8 +644,7 @@ class Client:
         limit: int = 50,
     ) -> RunPage:
         """Runs newest first, filtered, keyset-paginated by run id."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            raise InvalidArgument(f"limit={limit!r} must be an int between 1 and 1000")
+        _check_limit(limit)
         if workflow is not None:
             check_name("workflow name", workflow, InvalidArgument)
         if status is not None:
@@ -672,3 +690,8 @@ def _failure_message(run: RunRow) -> str:
     if error is None:
         return f"run {run.id} failed"
     return f"run {run.id} failed: {error.type}: {error.message}"
+
+
+def _check_limit(limit: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+        raise InvalidArgument(f"limit={limit!r} must be an int between 1 and 1000")

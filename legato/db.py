@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from sqlalchemy import URL, Connection, make_url, select
-from sqlalchemy.exc import ArgumentError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from legato.errors import ConfigurationError, IncompatibleDatabase
+from legato.errors import ConfigurationError, DatabaseUnavailable, IncompatibleDatabase
 from legato.schema import SCHEMA_PLACEHOLDER, SchemaVersion
 
 DEFAULT_SCHEMA = "legato"
@@ -111,7 +114,14 @@ def resolve_url(url: str | None) -> URL:
 def create_engine(
     url: str | URL | None = None, schema: str | None = None, **engine_options: Any
 ) -> AsyncEngine:
-    """An async engine whose Core statements target ``schema`` (``schema_translate_map``)."""
+    """An async engine whose Core statements target ``schema`` (``schema_translate_map``).
+
+    No ``pool_pre_ping`` by default: the loops check out a connection per statement, so a
+    ping would double their round trips, while a disconnect error already makes
+    SQLAlchemy invalidate the whole pool. After a database restart a loop loses about
+    one tick (one log line, retried), and ``Client`` reads retry once on a fresh
+    connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
+    """
     target = url if isinstance(url, URL) else resolve_url(url)
     options: dict[str, Any] = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": False}
     options.update(engine_options)
@@ -140,6 +150,73 @@ def check_server_version(conn: Connection) -> None:
     ``migrations.upgrade``, ``legato dev``, a host's Alembic) and every start
     (``check_database``) calls it before anything else."""
     require_supported_server(read_server_version_num(conn))
+
+
+# Connection failures that retrying does not cure: the server answered and said no.
+_LASTING = (
+    asyncpg.InvalidPasswordError,
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidCatalogNameError,
+)
+# The server is there but not taking connections yet (starting, stopping, full).
+_PASSING = (
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionDoesNotExistError,
+)
+
+
+def where(url: URL) -> str:
+    """Where a URL points, for messages: ``host:port/database`` (or the socket directory)."""
+    host = url.host or url.query.get("host") or "localhost"
+    if isinstance(host, tuple):
+        host = ",".join(host)
+    port = f":{url.port or 5432}" if not str(host).startswith("/") else ""
+    return f"{host}{port}/{url.database or ''}"
+
+
+def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None:
+    """The ``DatabaseUnavailable`` a failure to connect to ``url`` stands for (refused,
+    unknown host, timeout, wrong password or role, no such database, server starting),
+    or None when ``error`` is something else. ``retryable`` says whether waiting helps."""
+    cause: BaseException | None = error
+    seen: list[BaseException] = []
+    while cause is not None and cause not in seen:  # SQLAlchemy wraps the driver's error
+        seen.append(cause)
+        if isinstance(cause, _LASTING):
+            return DatabaseUnavailable(
+                f"cannot connect to the database at {where(url)}: {cause} "
+                "(check the user, password and database in --database-url / "
+                "LEGATO_DATABASE_URL)",
+                retryable=False,
+            )
+        if isinstance(cause, (OSError, *_PASSING)):
+            detail = str(cause) or type(cause).__name__
+            return DatabaseUnavailable(
+                f"cannot reach the database at {where(url)}: {detail} "
+                "(is PostgreSQL running there, and is --database-url / LEGATO_DATABASE_URL "
+                "right?)"
+            )
+        cause = cause.orig if isinstance(cause, DBAPIError) else cause.__cause__
+    return None
+
+
+@asynccontextmanager
+async def connect(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """``engine.connect()``, with a failure to connect raised as ``DatabaseUnavailable``
+    (Client.connect, migrations)."""
+    conn = engine.connect()
+    try:
+        await conn.start()
+    except Exception as error:
+        unavailable = as_unavailable(error, engine.url)
+        if unavailable is None:
+            raise
+        raise unavailable from None
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 async def server_version_num(conn: AsyncConnection) -> int:

@@ -15,7 +15,18 @@ class ConfigurationError(LegatoError):
 
 
 class DatabaseUnavailable(LegatoError):
-    """The database cannot be reached."""
+    """The database cannot be reached (refused, unknown host, wrong password, no such
+    database); the message names the host and port and the cause. ``retryable`` is
+    False when the server answered and refused (waiting will not help)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class LoopFailed(LegatoError):
+    """A loop of a ``Runtime`` crashed more often in a row than its restart policy allows
+    (or failed while stopping); raised by ``Runtime.stop``."""
 
 
 class IncompatibleDatabase(LegatoError):

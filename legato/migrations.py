@@ -21,7 +21,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Connection, MetaData, String, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import DEFAULT_SCHEMA, validate_schema_name
+from legato.db import DEFAULT_SCHEMA, connect, validate_schema_name
 
 SCRIPT_LOCATION = "legato:alembic"
 VERSION_TABLE = "legato_version"
@@ -126,13 +126,13 @@ def _command_lock() -> asyncio.Lock:
 
 async def upgrade(engine: AsyncEngine, schema: str, revision: str = "head") -> None:
     """Apply Legato's migrations up to ``revision`` (each in its own transaction)."""
-    async with _command_lock(), engine.connect() as conn:
+    async with _command_lock(), connect(engine) as conn:
         await conn.run_sync(lambda sync: command.upgrade(alembic_config(schema, sync), revision))
 
 
 async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") -> None:
     """Revert Legato's migrations down to ``revision`` (``base`` removes everything)."""
-    async with _command_lock(), engine.connect() as conn:
+    async with _command_lock(), connect(engine) as conn:
         await conn.run_sync(lambda sync: command.downgrade(alembic_config(schema, sync), revision))
 
 
@@ -145,6 +145,6 @@ def _current(sync: Connection, schema: str) -> tuple[str, ...]:
 
 async def state(engine: AsyncEngine, schema: str) -> MigrationState:
     """The applied revision(s) of ``schema`` and the package's head."""
-    async with engine.connect() as conn:
+    async with connect(engine) as conn:
         current = await conn.run_sync(lambda sync: _current(sync, schema))
     return MigrationState(current=current, head=head_revision())

@@ -7,6 +7,11 @@ await runtime.start()                     # e.g. in a web framework's lifespan s
 await runtime.stop()                      # lifespan shutdown: graceful, releases leases
 ```
 
+``start`` waits up to ``startup_timeout`` seconds for an unreachable database. A loop
+that crashes (a bug, not a database error) is logged at ERROR and restarted; past its
+``RestartPolicy`` the runtime stops every loop, ``wait()`` returns and ``stop()`` (or
+``async with``'s exit) raises ``LoopFailed``.
+
 ``legato decider``, ``legato worker``, ``legato timer`` and ``legato dev`` are this
 class with some roles switched off.
 """
@@ -22,13 +27,14 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import check_database
+from legato.db import as_unavailable, check_database
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
-from legato.engine.loops import Loop, Wakeups
+from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
+from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
 from legato.observability import metrics
 from legato.observability.sampler import BacklogSampler
@@ -63,8 +69,21 @@ class Runtime:
         poll_interval: float = 1.0,
         grace_period: float = 30.0,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        startup_timeout: float = 60.0,
+        restarts: RestartPolicy | None = None,
+        max_decision_failures: int = 10,
+        decision_retry_delay: timedelta = timedelta(seconds=2),
     ) -> None:
+        if lease <= timedelta(0):
+            raise ConfigurationError(
+                f"lease must be positive, got {lease}: pass e.g. timedelta(seconds=30)"
+            )
+        if max_decision_failures < 1:
+            raise ConfigurationError(
+                f"max_decision_failures must be at least 1, got {max_decision_failures}"
+            )
         self.engine = engine
+        self.startup_timeout = startup_timeout
         self.app = app
         self.roles = roles
         self.wakeups = Wakeups(engine)
@@ -80,6 +99,8 @@ class Runtime:
                     wakeups=self.wakeups if i == 0 else None,
                     batch_size=decide_batch_size,
                     poll_interval=poll_interval,
+                    retry_delay=decision_retry_delay,
+                    max_failures=max_decision_failures,
                 )
                 for i in range(deciders)
             ]
@@ -106,7 +127,10 @@ class Runtime:
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             self.loops.append(BacklogSampler(engine))
+        for each in self.loops:
+            each.restarts = restarts or RestartPolicy()
         self._tasks: list[asyncio.Task[None]] = []
+        self._failure: LoopFailed | None = None
 
     async def deploy(self) -> dict[str, int]:
         """Store the app's workflows and mark them deployed (new runs by name use them)."""
@@ -116,28 +140,79 @@ class Runtime:
     async def start(self) -> None:
         """Check the database, deploy (decider role) and start every loop in the background.
 
-        Raises ``IncompatibleDatabase`` on a server older than PostgreSQL 15 or a schema
-        not migrated to this package's head.
+        An unreachable database is retried with back-off for ``startup_timeout`` seconds,
+        then ``DatabaseUnavailable`` is raised (at once for a wrong password, role or
+        database name). Raises ``IncompatibleDatabase`` on a server older than
+        PostgreSQL 15 or a schema not migrated to this package's head.
         """
-        schema = str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
-        async with self.engine.connect() as conn:
-            await check_database(conn, schema)
+        await self._check_database()
         if self.roles.deploy and self.roles.decider:
             versions = await self.deploy()
             if versions:
                 log.info("deployed %s", ", ".join(f"{n} v{v}" for n, v in versions.items()))
+        self._failure = None
         self._tasks = [
-            asyncio.create_task(loop.run(), name=f"legato-{loop.name}") for loop in self.loops
+            asyncio.create_task(self._run(loop), name=f"legato-{loop.name}") for loop in self.loops
         ]
 
+    async def _check_database(self) -> None:
+        schema = str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
+        clock = asyncio.get_running_loop()
+        deadline = clock.time() + self.startup_timeout
+        delay = 0.5
+        while True:
+            try:
+                async with self.engine.connect() as conn:
+                    await check_database(conn, schema)
+                return
+            except Exception as error:
+                unavailable = as_unavailable(error, self.engine.url)
+                if unavailable is None:
+                    raise
+                left = deadline - clock.time()
+                if not unavailable.retryable or left <= 0:
+                    raise unavailable from None
+                log.warning("%s; retrying for up to %.0fs more", unavailable, left)
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, 5.0)
+
+    async def _run(self, loop: Loop) -> None:
+        """One loop, until it stops; a loop that fails for good stops the others."""
+        try:
+            await loop.run()
+        except Exception as error:
+            failure = (
+                error
+                if isinstance(error, LoopFailed)
+                else LoopFailed(f"the {loop.name} loop failed: {one_line(error)}")
+            )
+            if failure is not error:
+                failure.__cause__ = error
+            log.error("%s; stopping every loop", failure)
+            self._failure = self._failure or failure
+            for each in self.loops:
+                each.stop()
+
+    async def wait(self) -> None:
+        """Return once every loop has finished: after ``stop()``, or when a loop failed
+        for good (then ``stop()`` raises its ``LoopFailed``)."""
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+
     async def stop(self) -> None:
-        """Stop claiming, let in-flight tasks finish (grace period), release the rest."""
+        """Stop claiming, let in-flight tasks finish (grace period), release the rest.
+
+        Raises ``LoopFailed`` if a loop crashed more often than its restart policy allows
+        (or failed while stopping, e.g. releasing leases with the database gone)."""
         for loop in self.loops:
             loop.stop()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*self._tasks)
         self._tasks = []
         await self.wakeups.close()
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -147,7 +222,8 @@ class Runtime:
         await self.stop()
 
     async def run_until_signalled(self) -> None:
-        """Run until SIGTERM or SIGINT, then stop gracefully (the CLI's processes)."""
+        """Run until SIGTERM or SIGINT, then stop gracefully (the CLI's processes); raises
+        ``LoopFailed`` after stopping when a loop failed for good."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -155,7 +231,7 @@ class Runtime:
                 loop.add_signal_handler(sig, stop.set)
         await self.start()
         try:
-            finished = asyncio.create_task(asyncio.wait(self._tasks, return_when="FIRST_EXCEPTION"))
+            finished = asyncio.create_task(self.wait())
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait({finished, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()

@@ -16,9 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
 from legato.cli import add_common_options, nonempty, number_in, shown
-from legato.db import create_engine, resolve_schema, resolve_url, schema_mismatch
+from legato.db import as_unavailable, create_engine, resolve_schema, resolve_url, schema_mismatch
 from legato.engine.repositories import partitions
-from legato.errors import ConfigurationError, DatabaseUnavailable
+from legato.errors import ConfigurationError
 
 
 @asynccontextmanager
@@ -28,11 +28,13 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, 
     engine = create_engine(url, schema, pool_size=1, max_overflow=0)
     try:
         yield engine, schema
-    except OSError as error:  # refused, unknown host, no socket, timeout
-        where = url.set(drivername="postgresql").render_as_string(hide_password=True)
-        raise DatabaseUnavailable(f"cannot reach the database at {where}: {error}") from None
     except CommandError as error:  # Alembic: unknown revision, nothing to downgrade, ...
         raise ConfigurationError(f"migration: {error}") from None
+    except Exception as error:  # refused, unknown host, wrong password, no such database
+        unavailable = as_unavailable(error, url)
+        if unavailable is None:
+            raise
+        raise unavailable from None
     finally:
         await engine.dispose()
 

@@ -21,6 +21,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from pydantic import JsonValue
 from legato import migrations
 from legato.cli import add_common_options, concurrency, nonempty, number_in, render, shown
 from legato.client import Client
-from legato.db import check_database, create_engine, resolve_schema, resolve_url
+from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 from legato.errors import (
@@ -219,6 +220,13 @@ _interval = number_in(
 _port = number_in(int, 1, 65535, "a port number (1 to 65535)")
 
 
+def _positive_seconds(value: str) -> float:
+    seconds = _seconds(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {value!r}")
+    return seconds
+
+
 def _status(value: str) -> RunStatus:
     try:
         return RunStatus(value.upper())
@@ -243,8 +251,6 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
     schema = resolve_schema(args.schema)
     engine = create_engine(resolve_url(args.database_url), schema)
     try:
-        async with engine.connect() as conn:
-            await check_database(conn, schema)
         _serve_metrics(args)
         runtime = Runtime(
             engine,
@@ -255,6 +261,8 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
             deciders=getattr(args, "deciders", 2),
             poll_interval=args.poll_interval,
             grace_period=getattr(args, "grace_period", 30.0),
+            lease=timedelta(seconds=getattr(args, "lease", 30.0)),
+            startup_timeout=args.startup_timeout,
         )
         detail = ""
         if runtime.worker is not None:
@@ -326,6 +334,7 @@ async def _dev(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             poll_interval=args.poll_interval,
             grace_period=args.grace_period,
+            lease=timedelta(seconds=args.lease),
         )
         log.info("decider, worker, timer and lease sweeper running; Ctrl-C stops them")
         await runtime.run_until_signalled()
@@ -352,6 +361,8 @@ async def _deploy(args: argparse.Namespace) -> int:
 
 
 async def _runs_list(args: argparse.Namespace) -> int:
+    if args.quarantined:
+        return await _runs_quarantined(args)
     async with _client(args) as client:
         page = await client.list_runs(
             workflow=args.workflow, status=args.status, before=args.before, limit=args.limit
@@ -363,6 +374,33 @@ async def _runs_list(args: argparse.Namespace) -> int:
         print(line)
     if page.next_before is not None:
         print(f"(more: legato runs list --before {page.next_before})")
+    return 0
+
+
+async def _runs_quarantined(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        parked = await client.list_quarantined(limit=args.limit)
+    if not parked:
+        print("no quarantined runs")
+        return 0
+    print(f"{'RUN':36}  {'WORKFLOW':20}  {'FAILURES':>8}  {'QUARANTINED AT':25}  LAST ERROR")
+    for run in parked:
+        when = run.quarantined_at.isoformat(timespec="seconds")
+        error = (run.last_error or "").splitlines()[0] if run.last_error else ""
+        print(f"{run.run_id!s:36}  {run.workflow_name:20}  {run.failures:>8}  {when:25}  {error}")
+    print("(after fixing the cause: legato runs resume RUN_ID)")
+    return 0
+
+
+async def _runs_resume(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    async with _client(args) as client:
+        if not await client.resume(run_id):
+            raise LegatoError(
+                f"run {run_id} is not quarantined: nothing to resume "
+                "(`legato runs list --quarantined` lists the runs that are)"
+            )
+    print(f"resumed run {run_id}: its decision is due again")
     return 0
 
 
@@ -532,9 +570,12 @@ def _add_app(parser: argparse.ArgumentParser, *, required: bool = True, what: st
     )
 
 
-def _add_loop_options(parser: argparse.ArgumentParser) -> None:
-    """The options of the long-running processes."""
+def _add_loop_options(parser: argparse.ArgumentParser, *, startup_timeout: bool = True) -> None:
+    """The options of the long-running processes (``dev`` migrates before its loops start,
+    so it has no start-up retry)."""
     _add_poll(parser)
+    if startup_timeout:
+        _add_startup_timeout(parser)
     parser.add_argument(
         "--metrics-port",
         type=_port,
@@ -553,6 +594,17 @@ def _add_poll(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_startup_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--startup-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="at start, seconds to keep retrying an unreachable database before exiting "
+        "(default: 60; once running, a process retries forever)",
+    )
+
+
 def _add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency",
@@ -568,6 +620,14 @@ def _add_worker_options(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="on SIGTERM, seconds in-flight tasks get to finish before their attempts are "
         "released to other workers (default: 30)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=_positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds an attempt's lease lasts; the worker extends it every S/3 while the "
+        "task runs, and a crashed worker's attempts are retried after it (default: 30)",
     )
 
 
@@ -669,7 +729,7 @@ is what the other `legato` commands take (export LEGATO_DATABASE_URL=...).""",
         help=f"where the embedded PostgreSQL keeps its data (default: {DEFAULT_DEV_DIR})",
     )
     _add_worker_options(dev)
-    _add_loop_options(dev)
+    _add_loop_options(dev, startup_timeout=False)
 
     deploy = _command(
         commands,
@@ -729,6 +789,11 @@ runs already in flight finish on the version they started on.""",
         help="at most N runs (default: 50, at most 1000)",
     )
     listing.add_argument(
+        "--quarantined",
+        action="store_true",
+        help="list runs parked after too many failed decisions instead, with their last error",
+    )
+    listing.add_argument(
         "--before",
         type=_run_id_arg,
         metavar="RUN_ID",
@@ -744,6 +809,20 @@ runs already in flight finish on the version they started on.""",
   legato runs show 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
     )
     show.add_argument("run_id", metavar="RUN_ID")
+
+    resume = _command(
+        group,
+        "resume",
+        "make a quarantined run's decision due again (after fixing what made it fail)",
+        _runs_resume,
+        """examples:
+  legato runs list --quarantined
+  legato runs resume 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
+
+A run whose decision fails is retried with back-off; after 10 failures in a row
+it is quarantined: no decider touches it until it is resumed.""",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
 
     watch = _command(
         group,

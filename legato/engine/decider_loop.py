@@ -2,9 +2,11 @@
 apply the pure decider's actions. Workers hear of new attempts from the NOTIFY of
 ``task_queue``'s insert trigger; the decider announces cancelled attempts itself.
 
-Several runs are decided per transaction, each inside a savepoint, so one bad run
-(a bug, a deadlock with a parent/child decision) cannot sink the batch: its
-decide row stays, postponed, and the others commit.
+Several runs are decided per transaction; when a batch fails, its runs are decided
+again one by one, each inside a savepoint, so one bad run (a bug, a corrupted row, a
+deadlock with a parent/child decision) cannot sink the batch: the others commit, and
+its decide row stays, backing off exponentially per run. After ``max_failures`` in a
+row the run is quarantined (``legato runs list --quarantined``) until resumed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from legato.engine.decider.model import (
     StartChildRun,
     TaskError,
 )
-from legato.engine.loops import Loop, Wakeups
+from legato.engine.loops import Loop, Wakeups, one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
     decide_queue,
@@ -251,6 +253,12 @@ async def complete_parents(
     await apply_reports(conn, reports, "child finished")
 
 
+def decision_retry_delay(failures: int, base: timedelta, cap: timedelta) -> timedelta:
+    """How long a run waits after its ``failures``-th failed decision in a row: ``base``
+    doubled per failure, at most ``cap``."""
+    return min(base * (1 << min(max(failures - 1, 0), 30)), cap)
+
+
 class DeciderLoop(Loop):
     """Claims batches of runs to decide; decides each under its row lock."""
 
@@ -264,6 +272,8 @@ class DeciderLoop(Loop):
         batch_size: int = 200,
         poll_interval: float = 1.0,
         retry_delay: timedelta = timedelta(seconds=2),
+        max_retry_delay: timedelta = timedelta(minutes=5),
+        max_failures: int = 10,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         super().__init__(
@@ -273,6 +283,8 @@ class DeciderLoop(Loop):
         self.schema = schema
         self.batch_size = batch_size
         self.retry_delay = retry_delay
+        self.max_retry_delay = max_retry_delay
+        self.max_failures = max_failures
         self.specs = SpecCache()
         self.decided = 0
         # A sibling loop in this process, woken when this one finds more than one run
@@ -286,7 +298,7 @@ class DeciderLoop(Loop):
         claimed: list[uuid.UUID] = []
         try:
             async with self.engine.begin() as conn:
-                claimed = await decide_queue.take(conn, self.batch_size)
+                claimed = list(await decide_queue.take(conn, self.batch_size))
                 if not claimed:
                     return False
                 if len(claimed) > 1 and self.helper is not None:
@@ -309,21 +321,60 @@ class DeciderLoop(Loop):
         facts: list[hooks.DecisionFacts] = []
         async with self.engine.begin() as conn:
             cancels = False
-            for run_id in await decide_queue.take(conn, len(run_ids), run_ids):
+            for run_id, failed_before in (
+                await decide_queue.take(conn, len(run_ids), run_ids)
+            ).items():
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(conn, [run_id], self.specs, now)
                 except Exception as error:
-                    hooks.decision_failed(run_id, error)
-                    await decide_queue.postpone(
-                        conn, run_id, now + self.retry_delay, f"decision failed: {error}"[:500]
-                    )
+                    if conn.invalidated:
+                        raise  # the connection died, not the decision: the tick is retried
+                    hooks.decision_failed()
+                    await self._failed(conn, run_id, failed_before + 1, error, now)
                     continue
                 self.decided += 1
                 facts += batch.facts
                 cancels = cancels or batch.cancels_attempts
             await self._announce(conn, cancels)
         hooks.decisions_committed(facts, began)
+
+    async def _failed(
+        self,
+        conn: AsyncConnection,
+        run_id: uuid.UUID,
+        failures: int,
+        error: Exception,
+        now: datetime,
+    ) -> None:
+        """Back the run off, or quarantine it: one log line per failure (the traceback at
+        DEBUG), the traceback at ERROR once, when the run is parked."""
+        message = f"{type(error).__name__}: {error}"[:2000]
+        if failures >= self.max_failures:
+            await decide_queue.record_failure(conn, run_id, failures, message, None)
+            log.error(
+                "run %s quarantined after %d failed decisions (%s); fix the cause, then "
+                "`legato runs resume %s`",
+                run_id,
+                failures,
+                one_line(error),
+                run_id,
+                exc_info=error,
+                extra={"run_id": str(run_id), "error_type": type(error).__qualname__},
+            )
+            return
+        delay = decision_retry_delay(failures, self.retry_delay, self.max_retry_delay)
+        await decide_queue.record_failure(conn, run_id, failures, message, now + delay)
+        log.error(
+            "deciding run %s failed (%d of %d before quarantine): %s; retrying in %.1fs",
+            run_id,
+            failures,
+            self.max_failures,
+            one_line(error),
+            delay.total_seconds(),
+            exc_info=traceback_at_debug(log, error),
+            extra={"run_id": str(run_id), "error_type": type(error).__qualname__},
+        )
 
     async def _announce(self, conn: AsyncConnection, cancels: bool) -> None:
         """NOTIFY the workers of cancelled attempts, so they stop them at once."""

@@ -24,7 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.context import TaskCancelled, TaskContext
 from legato.engine.decider.model import TaskError
-from legato.engine.loops import Loop, Wakeups
+from legato.engine.loops import (
+    Loop,
+    Wakeups,
+    is_database_error,
+    one_line,
+    supervise,
+    traceback_at_debug,
+)
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks
 from legato.errors import ConfigurationError, InvalidOutput, OutputTooLarge
@@ -153,17 +160,31 @@ class Worker(Loop):
         self._reports: list[Report] = []
         self._flush_wanted = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
+        self._report_backoff = 0.0
         self._saturated = False
         self.completed = 0
+
+    # -- side tasks -------------------------------------------------------------------------
+
+    def _check_side_tasks(self) -> None:
+        """Start the flusher and the lease keeper (supervised, like the loop) on the first
+        tick; pass on the failure of one that crashed too often, failing the worker."""
+        if not self._background:
+            self._background = [
+                asyncio.create_task(
+                    supervise(f"worker {name}", body, self.restarts, self._stopping),
+                    name=f"legato-worker-{name}",
+                )
+                for name, body in (("flusher", self._flusher), ("lease keeper", self._lease_keeper))
+            ]
+        for task in self._background:
+            if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+                raise error  # a LoopFailed
 
     # -- claiming ---------------------------------------------------------------------------
 
     async def tick(self) -> bool:
-        if not self._background:
-            self._background = [
-                asyncio.create_task(self._flusher(), name="legato-worker-flush"),
-                asyncio.create_task(self._lease_keeper(), name="legato-worker-lease"),
-            ]
+        self._check_side_tasks()
         free = self.concurrency - len(self._inflight)
         if free <= 0:
             return False
@@ -261,45 +282,73 @@ class Worker(Loop):
             self._flush_wanted.clear()
             if len(self._reports) < self.concurrency and self.flush_interval > 0:
                 await asyncio.sleep(self.flush_interval)
-            await self.flush()
+            if not await self.flush():
+                # Back off while the database is away; new results keep joining the batch.
+                await asyncio.sleep(self._report_backoff)
+                self._flush_wanted.set()
 
-    async def flush(self) -> None:
-        """Write buffered reports in one transaction; keep them if the database fails."""
+    async def flush(self) -> bool:
+        """Write buffered reports in one transaction; keep them if the database fails
+        (and say whether it worked)."""
         if not self._reports:
-            return
+            return True
         batch, self._reports = self._reports, []
         try:
             async with self.engine.begin() as conn:
                 await apply_reports(conn, batch, "task finished")
-        except Exception:
-            log.exception("reporting %d results failed; retrying", len(batch))
+        except Exception as error:
             self._reports = batch + self._reports
-            await asyncio.sleep(0.5)
-            self._flush_wanted.set()
-            return
+            if not is_database_error(error):
+                self._flush_wanted.set()  # for the restarted flusher
+                raise  # a bug: the flusher's supervisor restarts it, the reports kept
+            self._report_backoff = min(max(self._report_backoff * 2, 0.1), 5.0)
+            log.warning(
+                "reporting %d results failed (%s); retrying in %.1fs",
+                len(self._reports),
+                one_line(error),
+                self._report_backoff,
+                exc_info=traceback_at_debug(log, error),
+            )
+            return False
+        if self._report_backoff:
+            log.info("reporting works again")
+            self._report_backoff = 0.0
         for report in batch:
             self._inflight.pop(report.move.task_id, None)
         self.completed += len(batch)
         if self._saturated and self._wake is not None:
             self._wake.set()  # slots are free and work was left behind: claim again
+        return True
 
     # -- leases -----------------------------------------------------------------------------
 
     async def _lease_keeper(self) -> None:
         interval = max(self.lease.total_seconds() / 3, 0.05)
-        cancelled = asyncio.Event()
-        if self._wakeups is not None:
-            # The decider announces cancelled attempts: check leases at once rather than
-            # at the next extension.
-            cancelled = await self._wakeups.subscribe(notify.cancel_channel(self.schema_name))
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(cancelled.wait(), timeout=interval)
-            cancelled.clear()
-            try:
-                await self.extend_leases()
-            except Exception:
-                log.exception("extending leases failed")
+        channel = notify.cancel_channel(self.schema_name)
+        # The decider announces cancelled attempts: check leases at once rather than at
+        # the next extension.
+        cancelled = (
+            asyncio.Event() if self._wakeups is None else await self._wakeups.subscribe(channel)
+        )
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(cancelled.wait(), timeout=interval)
+                cancelled.clear()
+                try:
+                    await self.extend_leases()
+                except Exception as error:
+                    if not is_database_error(error):
+                        raise  # a bug: the lease keeper's supervisor restarts it
+                    log.warning(
+                        "extending leases failed (%s); retrying in %.1fs",
+                        one_line(error),
+                        interval,
+                        exc_info=traceback_at_debug(log, error),
+                    )
+        finally:
+            if self._wakeups is not None:
+                await self._wakeups.unsubscribe(channel, cancelled)
 
     async def extend_leases(self) -> None:
         """Extend the leases of running attempts; cancel those this worker no longer holds.

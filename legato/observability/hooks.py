@@ -274,20 +274,13 @@ def _context(fact: DecisionFacts, note: AttemptNote) -> dict[str, object]:
     )
 
 
-def decision_failed(run_id: uuid.UUID, error: BaseException) -> None:
-    """Deciding one run raised: it is postponed and retried later."""
+def decision_failed() -> None:
+    """Deciding one run raised; the decider backs it off or quarantines it, and logs it."""
     recorder().decision_failed()
-    decider_log.error(
-        "deciding run %s failed; retrying later: %s: %s",
-        run_id,
-        type(error).__qualname__,
-        error,
-        extra={"run_id": str(run_id), "error_type": type(error).__qualname__},
-        exc_info=error,
-    )
 
 
 def decision_batch_failed(runs: int, started_ns: int) -> None:
     """A whole batch rolled back; its runs are decided again one by one."""
     tracing.decision_span(runs, started_ns, failed=True)
-    decider_log.warning("deciding %d runs together failed; retrying one by one", runs)
+    if runs > 1:
+        decider_log.info("deciding %d runs together failed; retrying one by one", runs)

@@ -282,13 +282,24 @@ class DecideQueueColumns(TableColumns):
     run_id = uuid_col()
     available_at = time_col(nullable=False, now_default=True)
     reason = text_col(nullable=True)
+    failures = int_col(default=0)  # failed decisions in a row: the back-off's exponent
+    last_error = text_col(nullable=True)
+    quarantined_at = time_col()  # set after too many failures: out of the take until resumed
 
 
 DecideQueue = DecideQueueColumns(
     "decide_queue",
     PrimaryKeyConstraint("run_id"),
-    # The decider loop's claim: oldest available first.
-    Index(None, "available_at"),
+    # The decider loop's claim: oldest available first, quarantined rows left out.
+    Index(
+        "ix_decide_queue_decider", "available_at", postgresql_where=text("quarantined_at IS NULL")
+    ),
+    # `legato runs list --quarantined`.
+    Index(
+        "ix_decide_queue_quarantined",
+        "quarantined_at",
+        postgresql_where=text("quarantined_at IS NOT NULL"),
+    ),
 )
 """Runs with something new to decide; the primary key collapses many wake-ups into one."""
 

@@ -223,7 +223,7 @@ async def test_decider_take(engine: AsyncEngine, paused_role: str) -> None:
         lambda conn: decide_queue.take(conn, 10),
         paused=(paused_role, run_ids[1]),
     )
-    assert taken == run_ids
+    assert list(taken) == run_ids
 
 
 async def test_decider_take_of_chosen_runs(engine: AsyncEngine, paused_role: str) -> None:
@@ -234,7 +234,7 @@ async def test_decider_take_of_chosen_runs(engine: AsyncEngine, paused_role: str
         lambda conn: decide_queue.take(conn, 10, run_ids=[*run_ids, uuid7()]),
         paused=(paused_role, run_ids[1]),
     )
-    assert taken == run_ids
+    assert list(taken) == run_ids
 
 
 async def test_timer_take(engine: AsyncEngine, paused_role: str) -> None:

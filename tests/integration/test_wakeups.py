@@ -31,7 +31,7 @@ async def test_a_killed_listen_connection_is_reopened(engine: AsyncEngine) -> No
             )
             assert killed.scalars().all() == [True]
         await asyncio.sleep(0.2)
-        await wakeups.reconnect_if_lost()
+        await wakeups.ensure_listening()
 
         await _notify(engine, "legato_test_channel")
         await asyncio.wait_for(event.wait(), timeout=5)

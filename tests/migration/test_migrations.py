@@ -227,6 +227,7 @@ async def test_catalog_partial_indexes_and_storage(engine: AsyncEngine) -> None:
         "((published_at IS NULL) AND (dead_lettered_at IS NULL))"
     )
     assert predicates["ix_workflow_definitions_name"] == "deployed"
+    assert predicates["ix_decide_queue_decider"] == "(quarantined_at IS NULL)"
     for name in ["decide_queue", *(f"task_queue_h{i}" for i in range(8))]:
         assert "fillfactor=70" in options[name], name
         assert "autovacuum_vacuum_scale_factor=0.01" in options[name], name
