@@ -144,6 +144,16 @@ def _has_surrogate(value: str) -> bool:
     return False
 
 
+def describe_exception(exc: BaseException) -> str:
+    """``str(exc)`` (or its type's name when empty), and never raises: an exception whose
+    ``__str__`` raises is described by its type and what ``__str__`` raised."""
+    name = type(exc).__qualname__
+    try:
+        return str(exc) or name
+    except Exception as broken:
+        return f"{name} (its __str__ raised {type(broken).__qualname__})"
+
+
 def clean_text(value: str) -> str:
     """``value`` with lone surrogates written as ``\\udxxx`` escapes, so it encodes."""
     return value.encode("utf-8", "backslashreplace").decode() if _has_surrogate(value) else value

@@ -40,6 +40,7 @@ from legato.limits import (
     MAX_ERROR_MESSAGE_CHARS,
     MAX_TRACEBACK_CHARS,
     clean_text,
+    describe_exception,
     json_problem,
     json_size,
     truncated,
@@ -67,10 +68,7 @@ def error_of(exc: BaseException, retryable: bool) -> TaskError:
     encodable (a lone surrogate would make PostgreSQL refuse the whole report batch).
     """
     name = type(exc).__qualname__
-    try:
-        message = str(exc) or name
-    except Exception as broken:
-        message = f"{name} (its __str__ raised {type(broken).__qualname__})"
+    message = describe_exception(exc)
     try:
         trace = "".join(traceback.format_exception(exc))
     except Exception:

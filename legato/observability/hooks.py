@@ -35,6 +35,7 @@ from legato.engine.decider.model import (
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.task_queue import Claimed
 from legato.flow.spec import WorkflowSpec
+from legato.limits import describe_exception
 from legato.observability import tracing
 from legato.observability.logs import attempt_context
 from legato.observability.metrics import recorder
@@ -93,7 +94,7 @@ async def observed_attempt(item: Claimed, invocation: Awaitable[T]) -> T:
                 item.task_name,
                 seconds,
                 type(error).__qualname__,
-                error,
+                describe_exception(error),
                 item.run_id,
                 item.node_id,
                 extra={**context, "error_type": type(error).__qualname__},

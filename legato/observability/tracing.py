@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
+from legato.limits import describe_exception
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
@@ -76,13 +78,25 @@ def attempt_span(item: Claimed) -> Iterator[Span | None]:
 
     carrier = item.trace_context
     parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+    from opentelemetry.trace import Status, StatusCode
+
+    # The SDK's own exception recording calls str() on the exception, which a task's
+    # exception may make raise; record it with a description that cannot.
     with _tracer().start_as_current_span(
         f"legato.attempt {item.task_name}",
         context=parent,
         kind=SpanKind.CONSUMER,
         attributes=attempt_attributes(item),
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
-        yield span
+        try:
+            yield span
+        except Exception as error:
+            span.set_attribute("exception.type", type(error).__qualname__)
+            span.set_attribute("exception.message", describe_exception(error))
+            span.set_status(Status(StatusCode.ERROR, describe_exception(error)))
+            raise
 
 
 def decision_span(runs: int, started_ns: int, failed: bool = False) -> None:

@@ -103,6 +103,7 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "signal"): (RUN, "signup.confirmed"),
     ("runs", "emit"): ("signup.confirmed",),
     ("runs", "cancel"): (RUN,),
+    ("runs", "resume"): (RUN,),
     ("bench",): ("--scenario", "start", "--size", "tiny"),
     ("stats",): (),
 }
