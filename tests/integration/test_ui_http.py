@@ -239,3 +239,30 @@ async def test_mounted_under_a_prefix(client: Client) -> None:
     assert f'href="/legato/runs/{handle.run_id}"' in listing.text
     assert page.status_code == 200 and 'src="/legato/static/legato.js"' in page.text
     assert css.status_code == 200
+
+
+
+def test_cli_refuses_to_serve_beyond_loopback_without_a_token(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from legato.cli import main
+
+    assert main(["ui", "--database-url", database_url, "--host", "0.0.0.0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("legato: error: --host '0.0.0.0' is reachable") and "--token" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_refuses_a_port_in_use(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from legato.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        assert main(["ui", "--database-url", database_url, "--port", port]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"legato: error: cannot listen on 127.0.0.1:{port}")
+    assert len(err.strip().splitlines()) == 1
