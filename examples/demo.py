@@ -93,6 +93,11 @@ def main() -> int:
     finally:
         server.stop()
     step("done: the temporary PostgreSQL is stopped and removed", began)
+    print(
+        "\nTo browse runs in a dashboard: `legato dev --app examples.orders:app` in one shell, "
+        "then `legato ui --allow-actions` with the LEGATO_DATABASE_URL it prints, and open "
+        "http://127.0.0.1:8080/ (docs/ui.md)"
+    )
     return 0
 
 

@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     from legato.cli import db as db_commands
     from legato.cli import runtime as runtime_commands
     from legato.cli import stats as stats_commands
+    from legato.cli import ui as ui_commands
 
     parser = ArgumentParser(prog="legato", description="Legato: durable workflows on PostgreSQL.")
     parser.add_argument("--version", action="version", version=f"legato {_version()}")
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     runtime_commands.register(commands)
     bench_commands.register(commands)
     stats_commands.register(commands)
+    ui_commands.register(commands)
     return parser
 
 

@@ -106,6 +106,7 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "resume"): (RUN,),
     ("bench",): ("--scenario", "start", "--size", "tiny"),
     ("stats",): (),
+    ("ui",): (),
 }
 
 

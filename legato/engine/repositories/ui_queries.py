@@ -1,0 +1,247 @@
+"""Read-only queries of ``legato ui`` (``legato.ui``) that the Client API does not have.
+
+The dashboard never counts all rows of a partitioned table: the runs list is a keyset
+page over ``runs`` (its time range is an id range, since a UUIDv7 encodes its creation
+time, so only the partitions of that range are read); counts are taken only of the
+running runs (``ix_runs_active``) and of the queue tables, which hold only pending work.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import JsonValue
+from sqlalchemy import and_, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.decider.model import TaskError
+from legato.engine.repositories.params import in_array, uuid_array
+from legato.schema import (
+    DecideQueue,
+    IdempotencyKeys,
+    NodeKind,
+    Runs,
+    RunStatus,
+    TaskQueue,
+    Tasks,
+    TaskState,
+    WorkflowDefinitions,
+)
+
+
+@dataclass(frozen=True)
+class RunListRow:
+    id: uuid.UUID
+    workflow_name: str
+    workflow_version: int
+    status: RunStatus
+    idempotency_key: str | None
+    cancel_requested: bool
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """A runs-list filter; ``id_from``/``id_to`` are UUIDv7 bounds of the time range."""
+
+    workflow_name: str | None = None
+    status: RunStatus | None = None
+    id_from: uuid.UUID | None = None
+    id_to: uuid.UUID | None = None
+    ids: tuple[uuid.UUID, ...] | None = None
+
+
+async def list_runs(
+    conn: AsyncConnection, query: RunQuery, before: uuid.UUID | None, limit: int
+) -> list[RunListRow]:
+    """Runs newest first, keyset-paginated by id (the dashboard's runs list).
+
+    Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
+    for RUNNING, else the primary keys of the partitions inside the id range.
+    """
+    conditions = []
+    if query.workflow_name is not None:
+        conditions.append(Runs.workflow_name == query.workflow_name)
+    if query.status is not None:
+        conditions.append(Runs.status == query.status)
+    if query.id_from is not None:
+        conditions.append(Runs.id >= query.id_from)
+    if query.id_to is not None:
+        conditions.append(Runs.id < query.id_to)
+    if query.ids is not None:
+        conditions.append(in_array(Runs.id, uuid_array("ids", query.ids)))
+    if before is not None:
+        conditions.append(Runs.id < before)
+    statement = (
+        select(
+            Runs.id,
+            Runs.workflow_name,
+            Runs.workflow_version,
+            Runs.status,
+            Runs.idempotency_key,
+            Runs.cancel_requested_at.is_not(None),
+            Runs.created_at,
+            Runs.finished_at,
+        )
+        .where(and_(True, *conditions))
+        .order_by(Runs.id.desc())
+        .limit(limit)
+    )
+    return [RunListRow(*row) for row in await conn.execute(statement)]
+
+
+async def runs_with_key(conn: AsyncConnection, key: str) -> list[uuid.UUID]:
+    """The runs started with idempotency key ``key`` in any workflow (the dashboard's
+    search box). Keys are namespaced by workflow name, so this looks the key up once
+    per workflow name: primary key of ``idempotency_keys`` (names from
+    ``workflow_definitions``' primary key). Keys past their retention are gone."""
+    names = select(WorkflowDefinitions.name).distinct().scalar_subquery()
+    result = await conn.execute(
+        select(IdempotencyKeys.run_id).where(
+            IdempotencyKeys.namespace.in_(names), IdempotencyKeys.key == key
+        )
+    )
+    return list(result.scalars())
+
+
+@dataclass(frozen=True)
+class Attempt:
+    task_id: uuid.UUID
+    node_id: str
+    iteration: int
+    attempt: int
+    kind: NodeKind
+    state: TaskState
+    task_name: str | None
+    queue: str | None
+    input: JsonValue
+    output: JsonValue
+    error: TaskError | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None
+
+
+async def attempts(conn: AsyncConnection, run_id: uuid.UUID) -> list[Attempt]:
+    """Every attempt of a run with its input, in creation order (the dashboard's run
+    page; ``Client.get_run`` leaves inputs out). Served by
+    ``ix_tasks_run_id_node_id_iteration_attempt`` in the run's partition."""
+    result = await conn.execute(
+        select(
+            Tasks.id.label("task_id"),
+            Tasks.node_id,
+            Tasks.iteration,
+            Tasks.attempt,
+            Tasks.kind,
+            Tasks.state,
+            Tasks.task_name,
+            Tasks.queue,
+            Tasks.input,
+            Tasks.output,
+            Tasks.error,
+            Tasks.created_at,
+            Tasks.started_at,
+            Tasks.finished_at,
+            Tasks.lease_owner,
+        )
+        .where(Tasks.run_id == run_id)
+        .order_by(Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
+    )
+    return [Attempt(**row._asdict()) for row in result]
+
+
+async def task_payload(
+    conn: AsyncConnection, run_id: uuid.UUID, task_id: uuid.UUID
+) -> tuple[JsonValue, JsonValue] | None:
+    """One attempt's input and output, in full (the dashboard's "show all" of a
+    truncated payload). Primary key of the run's ``tasks`` partition."""
+    row = (
+        await conn.execute(
+            select(Tasks.input, Tasks.output).where(Tasks.run_id == run_id, Tasks.id == task_id)
+        )
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    name: str
+    version: int
+    deployed: bool
+    created_at: datetime
+    deployed_at: datetime | None
+    running: int
+
+
+async def workflow_versions(conn: AsyncConnection) -> list[VersionRow]:
+    """Every stored workflow version with its count of runs in flight (the dashboard's
+    workflows page). ``workflow_definitions`` is small (one row per version); the
+    counts read only running runs, through ``ix_runs_active``."""
+    running = (
+        select(Runs.workflow_name, Runs.workflow_version, func.count().label("running"))
+        .where(Runs.status == RunStatus.RUNNING)
+        .group_by(Runs.workflow_name, Runs.workflow_version)
+        .subquery()
+    )
+    result = await conn.execute(
+        select(
+            WorkflowDefinitions.name,
+            WorkflowDefinitions.version,
+            WorkflowDefinitions.deployed,
+            WorkflowDefinitions.created_at,
+            WorkflowDefinitions.deployed_at,
+            func.coalesce(running.c.running, 0),
+        )
+        .outerjoin(
+            running,
+            and_(
+                running.c.workflow_name == WorkflowDefinitions.name,
+                running.c.workflow_version == WorkflowDefinitions.version,
+            ),
+        )
+        .where(WorkflowDefinitions.deleted_at.is_(None))
+        .order_by(WorkflowDefinitions.name, WorkflowDefinitions.version.desc())
+    )
+    return [VersionRow(*row) for row in result]
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue's waiting work, or one worker's leases on it (``lease_owner`` set)."""
+
+    queue: str
+    lease_owner: str | None
+    tasks: int
+    oldest_available_at: datetime | None
+
+
+async def task_queues(conn: AsyncConnection) -> list[QueueRow]:
+    """Per queue: unleased attempts and the oldest of them, and leased attempts per
+    worker (the dashboard's queues page). ``task_queue`` holds only pending attempts;
+    one scan of its partitions."""
+    result = await conn.execute(
+        select(
+            TaskQueue.queue,
+            TaskQueue.lease_owner,
+            func.count(),
+            func.min(TaskQueue.available_at),
+        )
+        .group_by(TaskQueue.queue, TaskQueue.lease_owner)
+        .order_by(TaskQueue.queue, TaskQueue.lease_owner.nulls_first())
+    )
+    return [QueueRow(*row) for row in result]
+
+
+async def decide_queue_depth(conn: AsyncConnection) -> tuple[int, datetime | None]:
+    """Runs waiting for a decision and the oldest wake-up among them (the dashboard's
+    queues page). ``decide_queue`` holds one row per run with pending news;
+    ``ix_decide_queue_available_at`` gives the oldest."""
+    row = (
+        await conn.execute(select(func.count(), func.min(DecideQueue.available_at)))
+    ).one()
+    return int(row[0]), row[1]
+

@@ -1,0 +1,498 @@
+"""The dashboard as an ASGI app: ``create_app(client)`` serves it, ``legato ui`` runs it,
+and a host service can mount it (``Mount("/legato", create_app(client))``).
+
+Pages are rendered on the server (Jinja2, autoescaped: payloads are user data); the
+only script is the live history tail, an ``EventSource`` on a server-sent event
+stream fed by the ``run_events`` NOTIFY channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from pydantic import JsonValue
+from sqlalchemy.exc import DBAPIError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from legato.cli.render import FINAL_EVENTS
+from legato.client import Client, as_run_id
+from legato.engine.loops import Wakeups
+from legato.engine.repositories import definitions, notify, ui_queries
+from legato.engine.repositories.run_events import HistoryEvent
+from legato.errors import (
+    InvalidArgument,
+    InvalidInput,
+    LegatoError,
+    PayloadTooLarge,
+    RunFinished,
+    RunNotFound,
+    UnknownWorkflow,
+)
+from legato.flow.spec import WorkflowSpec
+from legato.ui import graph
+from legato.ui.filters import parse_filter
+from legato.ui.security import (
+    CSRF_COOKIE,
+    TokenGuard,
+    cookies,
+    csrf_cookie,
+    csrf_problem,
+    new_csrf_token,
+)
+
+log = logging.getLogger("legato.ui")
+
+HERE = Path(__file__).parent
+PREVIEW_CHARS = 1500
+MAX_FORM_BYTES = 2 << 20
+LIVE_POLL_SECONDS = 2.0
+
+_STATUS_OF: tuple[tuple[type[LegatoError], int], ...] = (
+    (RunNotFound, 404),
+    (UnknownWorkflow, 404),
+    (RunFinished, 409),
+    (PayloadTooLarge, 413),
+)
+
+
+class Refused(LegatoError):
+    """An action the dashboard will not take (read-only, CSRF); answered with 403."""
+
+
+def pretty(value: JsonValue) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def when(moment: datetime | None) -> str:
+    return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return ""
+    seconds = (end - start).total_seconds()
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+@dataclass
+class _Live:
+    """One LISTEN connection on the run_events channel, shared by every open tail;
+    each tail waits on its own event, set when its run's history grows."""
+
+    client: Client
+    watchers: dict[str, set[asyncio.Event]] = field(default_factory=dict)
+    wakeups: Wakeups | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def _on_payload(self, payload: str) -> None:
+        for event in self.watchers.get(payload.partition(":")[0], ()):
+            event.set()
+
+    async def watch(self, run_id: uuid.UUID) -> asyncio.Event:
+        event = asyncio.Event()
+        self.watchers.setdefault(str(run_id), set()).add(event)
+        async with self.lock:
+            try:
+                if self.wakeups is None:
+                    self.wakeups = Wakeups(self.client.engine)
+                    await self.wakeups.subscribe(
+                        notify.events_channel(self.client.schema), self._on_payload
+                    )
+                else:
+                    await self.wakeups.reconnect_if_lost()
+            except Exception as error:  # a hint only: the tail polls as well
+                log.warning("cannot LISTEN for history (%s); polling instead", error)
+        return event
+
+    def unwatch(self, run_id: uuid.UUID, event: asyncio.Event) -> None:
+        watching = self.watchers.get(str(run_id))
+        if watching is not None:
+            watching.discard(event)
+            if not watching:
+                del self.watchers[str(run_id)]
+
+    async def close(self) -> None:
+        if self.wakeups is not None:
+            await self.wakeups.close()
+            self.wakeups = None
+
+
+class Dashboard:
+    """The routes' shared state: the client, the options and the template environment."""
+
+    def __init__(self, client: Client, *, read_only: bool) -> None:
+        self.client = client
+        self.read_only = read_only
+        self.live = _Live(client)
+        self.specs: dict[tuple[str, int], WorkflowSpec] = {}
+        self.env = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["pretty"] = pretty
+        self.env.filters["when"] = when
+        self.env.globals["duration"] = duration
+        self.env.globals["PREVIEW_CHARS"] = PREVIEW_CHARS
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        token = cookies(request.scope).get(CSRF_COOKIE) or new_csrf_token()
+        html = self.env.get_template(name).render(
+            prefix=_prefix(request),
+            read_only=self.read_only,
+            csrf=token,
+            can_resume=hasattr(self.client, "resume"),
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        if CSRF_COOKIE not in cookies(request.scope):
+            response.set_cookie(**csrf_cookie(request.scope, token))
+        return response
+
+    def history_row(self, run_id: uuid.UUID, event: HistoryEvent, prefix: str) -> str:
+        macros: Any = self.env.get_template("macros.html").module
+        return str(macros.history_row(run_id, event, prefix))
+
+    async def spec(self, name: str, version: int) -> WorkflowSpec | None:
+        """A version's spec, cached: a stored version never changes."""
+        key = (name, version)
+        if key not in self.specs:
+            async with self.client.engine.connect() as conn:
+                raw = await definitions.load_spec(conn, name, version)
+            if raw is None:
+                return None
+            self.specs[key] = WorkflowSpec.model_validate(raw)
+        return self.specs[key]
+
+    async def read(self, query: Any) -> Any:
+        async with self.client.engine.connect() as conn:
+            return await query(conn)
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def runs(self, request: Request) -> Response:
+        wanted = parse_filter(dict(request.query_params))
+        ids: tuple[uuid.UUID, ...] | None = None
+        if wanted.search_id is not None:
+            ids = (wanted.search_id,)
+        elif wanted.search_key is not None:
+            key = wanted.search_key
+            ids = tuple(await self.read(lambda c: ui_queries.runs_with_key(c, key)))
+        query = ui_queries.RunQuery(
+            workflow_name=wanted.workflow,
+            status=wanted.status,
+            id_from=wanted.id_from,
+            id_to=wanted.id_to,
+            ids=ids,
+        )
+        rows: list[ui_queries.RunListRow] = await self.read(
+            lambda c: ui_queries.list_runs(c, query, wanted.before, wanted.limit + 1)
+        )
+        older = rows[wanted.limit - 1].id if len(rows) > wanted.limit else None
+        versions: list[ui_queries.VersionRow] = await self.read(ui_queries.workflow_versions)
+        return self.page(
+            request,
+            "runs.html",
+            runs=rows[: wanted.limit],
+            filter=wanted,
+            older=older,
+            workflows=sorted({v.name for v in versions}),
+            statuses=["RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"],
+        )
+
+    async def run(self, request: Request) -> Response:
+        run_id = as_run_id(request.path_params["run_id"])
+        details = await self.client.get_run(run_id)
+        attempts: list[ui_queries.Attempt] = await self.read(
+            lambda c: ui_queries.attempts(c, run_id)
+        )
+        spec = await self.spec(details.run.workflow_name, details.run.workflow_version)
+        svg = None
+        if spec is not None:
+            states = graph.node_states(
+                (a.node_id, a.iteration, a.attempt, a.state) for a in attempts
+            )
+            svg = Markup(graph.render_svg(spec, states))  # render_svg escapes every label
+        last_seq = details.history[-1].seq if details.history else 0
+        return self.page(
+            request,
+            "run.html",
+            run=details.run,
+            attempts=attempts,
+            history=details.history,
+            last_seq=last_seq,
+            graph=svg,
+            events=sorted(spec.event_names()) if spec is not None else [],
+        )
+
+    async def payload(self, request: Request) -> Response:
+        """One payload in full: ``of`` is input, output, ``task:<id>:input|output`` or
+        ``event:<seq>``."""
+        run_id = as_run_id(request.path_params["run_id"])
+        of = request.query_params.get("of", "")
+        details = await self.client.get_run(run_id)
+        value: JsonValue
+        if of in ("input", "output"):
+            value = details.run.input if of == "input" else details.run.output
+        elif of.startswith("task:"):
+            _, task_text, which = [*of.split(":"), "", ""][:3]
+            try:
+                task_id = uuid.UUID(task_text)
+            except ValueError:
+                raise InvalidArgument(
+                    f"of={of[:80]!r}: {task_text[:40]!r} is not a task id"
+                ) from None
+            if which not in ("input", "output"):
+                raise InvalidArgument(f"of={of[:80]!r}: end it with :input or :output")
+            found = await self.read(lambda c: ui_queries.task_payload(c, run_id, task_id))
+            if found is None:
+                raise RunNotFound(f"run {run_id} has no attempt {task_id}")
+            value = found[0] if which == "input" else found[1]
+        elif of.startswith("event:") and of[6:].isdigit():
+            seq = int(of[6:])
+            events = [e for e in details.history if e.seq == seq]
+            if not events:
+                raise RunNotFound(f"run {run_id} has no history event {seq}")
+            value = events[0].data
+        else:
+            raise InvalidArgument(
+                f"of={of[:80]!r}: ask for input, output, task:<id>:input, "
+                "task:<id>:output or event:<seq>"
+            )
+        return self.page(request, "payload.html", run=details.run, of=of, value=value)
+
+    async def events(self, request: Request) -> Response:
+        """The run's history after ``Last-Event-ID`` (a reconnecting EventSource sends
+        the last seq it saw) or ``?after=``, then each new event as it is appended."""
+        run_id = as_run_id(request.path_params["run_id"])
+        resume = request.headers.get("last-event-id") or request.query_params.get("after", "0")
+        if not resume.isdigit() or len(resume) > 18:
+            raise InvalidArgument(
+                f"after={resume[:40]!r} must be a history seq: a whole number >= 0"
+            )
+        after = int(resume)
+        run = (await self.client.get_run(run_id)).run  # 404 before the stream starts
+        return StreamingResponse(
+            self._tail(run_id, after, run.status.finished, _prefix(request)),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+    async def _tail(
+        self, run_id: uuid.UUID, seq: int, finished: bool, prefix: str
+    ) -> AsyncIterator[str]:
+        wake = await self.live.watch(run_id)
+        try:
+            while True:
+                wake.clear()  # before reading: an event appended meanwhile wakes us again
+                events = await self.client.history(run_id, seq)
+                for event in events:
+                    data = self.history_row(run_id, event, prefix).replace("\n", "\ndata: ")
+                    yield f"id: {event.seq}\nevent: history\ndata: {data}\n\n"
+                    seq = event.seq
+                if finished or any(e.type in FINAL_EVENTS for e in events):
+                    yield "event: end\ndata: finished\n\n"
+                    return
+                if events:
+                    continue
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=LIVE_POLL_SECONDS)
+                except TimeoutError:  # nothing notified: poll, and notice a finish
+                    finished = (await self.client.get_run(run_id)).run.status.finished
+                    yield ": still here\n\n"
+        finally:
+            self.live.unwatch(run_id, wake)
+
+    async def workflows(self, request: Request) -> Response:
+        versions: list[ui_queries.VersionRow] = await self.read(ui_queries.workflow_versions)
+        return self.page(request, "workflows.html", versions=versions)
+
+    async def workflow(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        text = request.path_params["version"]
+        if not text.isdigit() or len(text) > 9:
+            raise InvalidArgument(f"version {text[:40]!r} must be a whole number, e.g. 1")
+        spec = await self.spec(name, int(text))
+        if spec is None:
+            raise UnknownWorkflow(f"no stored version {text} of workflow {name!r}")
+        return self.page(
+            request,
+            "workflow.html",
+            spec=spec,
+            version=int(text),
+            graph=Markup(graph.render_svg(spec)),  # render_svg escapes every label
+            spec_json=spec.model_dump(mode="json"),
+        )
+
+    async def queues(self, request: Request) -> Response:
+        rows: list[ui_queries.QueueRow] = await self.read(ui_queries.task_queues)
+        depth, oldest = await self.read(ui_queries.decide_queue_depth)
+        queues: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            entry = queues.setdefault(row.queue, {"waiting": 0, "oldest": None, "leased": []})
+            if row.lease_owner is None:
+                entry["waiting"] = row.tasks
+                entry["oldest"] = row.oldest_available_at
+            else:
+                entry["leased"].append((row.lease_owner, row.tasks))
+        return self.page(
+            request, "queues.html", queues=queues, decide_depth=depth, decide_oldest=oldest
+        )
+
+    async def quarantine(self, request: Request) -> Response:
+        # Decision quarantine comes with a Client that has list_quarantined/resume; a
+        # Legato without it says so rather than showing an empty list.
+        listing = getattr(self.client, "list_quarantined", None)
+        parked = await listing(limit=200) if listing is not None else None
+        return self.page(request, "quarantine.html", parked=parked)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def form(self, request: Request) -> dict[str, str]:
+        """The action's urlencoded form, after the read-only and CSRF checks."""
+        if self.read_only:
+            raise Refused(
+                "this dashboard is read-only: actions are off (start it with "
+                "`legato ui --allow-actions`, or create_app(read_only=False))"
+            )
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                raise PayloadTooLarge(f"the form is over {MAX_FORM_BYTES} bytes")
+        try:
+            form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        except UnicodeDecodeError:
+            raise InvalidInput("the form is not UTF-8 text") from None
+        problem = csrf_problem(request.scope, form)
+        if problem is not None:
+            raise Refused(problem)
+        return form
+
+    async def cancel(self, request: Request) -> Response:
+        run_id = as_run_id(request.path_params["run_id"])
+        await self.form(request)
+        await self.client.cancel(run_id)
+        return self._back(request, run_id)
+
+    async def signal(self, request: Request) -> Response:
+        run_id = as_run_id(request.path_params["run_id"])
+        form = await self.form(request)
+        name = form.get("name", "").strip()
+        try:
+            payload: JsonValue = json.loads(form.get("payload") or "null")
+        except json.JSONDecodeError as error:
+            raise InvalidInput(f"the signal's payload is not valid JSON: {error}") from None
+        run = (await self.client.get_run(run_id)).run
+        spec = await self.spec(run.workflow_name, run.workflow_version)
+        if spec is not None and name not in spec.event_names():
+            known = ", ".join(sorted(spec.event_names())) or "none"
+            raise InvalidInput(
+                f"workflow {run.workflow_name!r} waits for no event {name!r} (its events: {known})"
+            )
+        await self.client.signal(run_id, name, payload)  # the app's event model validates
+        return self._back(request, run_id)
+
+    async def resume(self, request: Request) -> Response:
+        run_id = as_run_id(request.path_params["run_id"])
+        await self.form(request)
+        resume = getattr(self.client, "resume", None)
+        if resume is None:
+            raise Refused("this Legato has no decision quarantine, so nothing to resume")
+        await resume(run_id)
+        return self._back(request, run_id)
+
+    def _back(self, request: Request, run_id: uuid.UUID) -> Response:
+        return RedirectResponse(f"{_prefix(request)}/runs/{run_id}", status_code=303)
+
+    # -- errors -----------------------------------------------------------------------------
+
+    async def legato_error(self, request: Request, error: Exception) -> Response:
+        status = 403 if isinstance(error, Refused) else 400
+        for kind, code in _STATUS_OF:
+            if isinstance(error, kind):
+                status = code
+        return self.error_page(request, status, str(error))
+
+    async def http_error(self, request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        detail = {404: f"no page at {request.url.path}", 405: "that method is not allowed here"}
+        message = detail.get(error.status_code, str(error.detail))
+        return self.error_page(request, error.status_code, message)
+
+    async def database_error(self, request: Request, error: Exception) -> Response:
+        log.warning("database error serving %s: %s", request.url.path, error)
+        return self.error_page(request, 503, "the database cannot answer right now; try again")
+
+    def error_page(self, request: Request, status: int, message: str) -> Response:
+        return self.page(request, "error.html", status=status, status_code=status, message=message)
+
+
+def _prefix(request: Request) -> str:
+    """Where the app is mounted ("" at the root): every link starts with it."""
+    return str(request.scope.get("root_path") or "").rstrip("/")
+
+
+def create_app(
+    client: Client, *, read_only: bool = True, token: str | None = None
+) -> Starlette:
+    """The dashboard over ``client``'s database, as an ASGI app.
+
+    ``read_only`` (the default) refuses cancel, signal and resume. With ``token``,
+    every request must carry it; without one, put the app behind your own auth.
+    The client is the caller's: the app does not close it.
+    """
+    ui = Dashboard(client, read_only=read_only)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await ui.live.close()
+
+    routes = [
+        Route("/", ui.runs, name="runs"),
+        Route("/runs/{run_id}", ui.run, name="run"),
+        Route("/runs/{run_id}/payload", ui.payload, name="payload"),
+        Route("/runs/{run_id}/events", ui.events, name="events"),
+        Route("/runs/{run_id}/cancel", ui.cancel, methods=["POST"], name="cancel"),
+        Route("/runs/{run_id}/signal", ui.signal, methods=["POST"], name="signal"),
+        Route("/runs/{run_id}/resume", ui.resume, methods=["POST"], name="resume"),
+        Route("/workflows", ui.workflows, name="workflows"),
+        Route("/workflows/{name}/{version}", ui.workflow, name="workflow"),
+        Route("/queues", ui.queues, name="queues"),
+        Route("/quarantine", ui.quarantine, name="quarantine"),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    handlers: Mapping[Any, Any] = {
+        LegatoError: ui.legato_error,
+        HTTPException: ui.http_error,
+        DBAPIError: ui.database_error,
+        OSError: ui.database_error,
+    }
+    guards = [Middleware(TokenGuard, token=token)] if token else []
+    app = Starlette(
+        routes=routes, exception_handlers=handlers, lifespan=lifespan, middleware=guards
+    )
+    app.state.dashboard = ui
+    return app
