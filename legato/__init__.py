@@ -15,6 +15,7 @@ from legato.errors import (
     InvalidInput,
     InvalidOutput,
     InvalidRunId,
+    InvalidSchedule,
     LegatoError,
     OutputTooLarge,
     PayloadTooLarge,
@@ -22,6 +23,7 @@ from legato.errors import (
     RunFailed,
     RunFinished,
     RunNotFound,
+    UnknownSchedule,
     UnknownWorkflow,
 )
 from legato.flow import (
@@ -39,11 +41,12 @@ from legato.flow import (
     workflow,
 )
 from legato.runtime import Roles, Runtime
-from legato.schema import RunStatus, TaskState, uuid7
+from legato.schema import CatchUp, RunStatus, TaskState, uuid7
 from legato.sync import SyncClient, SyncRunHandle
 
 __all__ = [
     "App",
+    "CatchUp",
     "Client",
     "ConfigurationError",
     "FailureInfo",
@@ -53,6 +56,7 @@ __all__ = [
     "InvalidInput",
     "InvalidOutput",
     "InvalidRunId",
+    "InvalidSchedule",
     "LegatoError",
     "Node",
     "OutputTooLarge",
@@ -76,6 +80,7 @@ __all__ = [
     "TaskContext",
     "TaskDefinitionError",
     "TaskState",
+    "UnknownSchedule",
     "UnknownWorkflow",
     "Workflow",
     "WorkflowSpec",

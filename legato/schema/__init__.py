@@ -1,6 +1,6 @@
 """The single typed schema source: Core tables, enums and column types."""
 
-from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
+from legato.schema.enums import CatchUp, NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.tables import (
     SCHEMA_PLACEHOLDER,
     DecideQueue,
@@ -8,6 +8,7 @@ from legato.schema.tables import (
     Outbox,
     RunEvents,
     Runs,
+    Schedules,
     SchemaVersion,
     Signals,
     TaskQueue,
@@ -20,6 +21,7 @@ from legato.schema.types import is_uuid7, strip_nul, uuid7, uuid7_bound, uuid7_t
 
 __all__ = [
     "SCHEMA_PLACEHOLDER",
+    "CatchUp",
     "DecideQueue",
     "IdempotencyKeys",
     "NodeKind",
@@ -27,6 +29,7 @@ __all__ = [
     "RunEvents",
     "RunStatus",
     "Runs",
+    "Schedules",
     "SchemaVersion",
     "Signals",
     "TaskQueue",
