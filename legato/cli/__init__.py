@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     from legato.cli import bench as bench_commands
     from legato.cli import db as db_commands
     from legato.cli import runtime as runtime_commands
+    from legato.cli import schedules as schedule_commands
 
     parser = argparse.ArgumentParser(
         prog="legato",
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands.register(commands)
     runtime_commands.register(commands)
     bench_commands.register(commands)
+    schedule_commands.register(commands)
     return parser
 
 
