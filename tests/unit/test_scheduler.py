@@ -51,6 +51,13 @@ def test_cron_across_a_dst_gap_fires_once_after_it() -> None:
     )
 
 
+def test_cron_at_a_repeated_local_time_fires_once_at_its_first_occurrence() -> None:
+    paris = Timing(cron="30 2 * * *", every=None, timezone="Europe/Paris")
+    first = next_tick(paris, datetime(2025, 10, 25, 12, tzinfo=UTC))
+    assert first == datetime(2025, 10, 26, 0, 30, tzinfo=UTC)  # 02:30 CEST
+    assert next_tick(paris, first) == datetime(2025, 10, 27, 1, 30, tzinfo=UTC)
+
+
 def test_cron_ticks_back_include_the_upper_bound() -> None:
     assert ticks_back(MINUTE, T, T - timedelta(minutes=2), 10) == [
         T,
