@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from legato import migrations
 from legato.cli import main
 from legato.db import resolve_url
 
@@ -70,12 +71,12 @@ async def test_upgrade_then_current_and_check(empty_database_url: str) -> None:
 
     upgraded = await legato("db", "upgrade", database_url=url)
     assert upgraded.status == 0, upgraded.stderr
-    assert "schema 'legato' is at 0001" in upgraded.stdout
+    assert f"schema 'legato' is at {migrations.head_revision()}" in upgraded.stdout
 
     current, check = await asyncio.gather(
         legato("db", "current", database_url=url), legato("db", "check", database_url=url)
     )
-    assert current.stdout.strip() == "0001 (head)"
+    assert current.stdout.strip() == f"{migrations.head_revision()} (head)"
     assert check.status == 0
 
 
