@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         InvalidInput,
         InvalidOutput,
         InvalidRunId,
+        InvalidSchedule,
         LegatoError,
         LoopFailed,
         OutputTooLarge,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         RunFailed,
         RunFinished,
         RunNotFound,
+        UnknownSchedule,
         UnknownWorkflow,
     )
     from legato.flow import (
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
         Runtime,
     )
     from legato.schema import (
+        CatchUp,
         RunStatus,
         TaskState,
         uuid7,
@@ -79,6 +82,8 @@ _MODULE_OF: dict[str, str] = {
     "TaskCancelled": "legato.context",
     "TaskContext": "legato.context",
     "create_engine": "legato.db",
+    "UnknownSchedule": "legato.errors",
+    "InvalidSchedule": "legato.errors",
     "ConfigurationError": "legato.errors",
     "IncompatibleDatabase": "legato.errors",
     "InvalidInput": "legato.errors",
@@ -105,6 +110,7 @@ _MODULE_OF: dict[str, str] = {
     "workflow": "legato.flow",
     "Roles": "legato.runtime",
     "Runtime": "legato.runtime",
+    "CatchUp": "legato.schema",
     "RunStatus": "legato.schema",
     "TaskState": "legato.schema",
     "uuid7": "legato.schema",
@@ -118,6 +124,7 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "App",
+    "CatchUp",
     "Client",
     "ConfigurationError",
     "DatabaseUnavailable",
@@ -128,6 +135,7 @@ __all__ = [
     "InvalidInput",
     "InvalidOutput",
     "InvalidRunId",
+    "InvalidSchedule",
     "LegatoError",
     "LoopFailed",
     "Node",
@@ -152,6 +160,7 @@ __all__ = [
     "TaskContext",
     "TaskDefinitionError",
     "TaskState",
+    "UnknownSchedule",
     "UnknownWorkflow",
     "Workflow",
     "WorkflowSpec",

@@ -87,3 +87,13 @@ class RunFinished(LegatoError):
 
 class RunFailed(LegatoError):
     """Raised by ``Client.result`` when the run failed or was cancelled."""
+
+
+class InvalidSchedule(LegatoError, ValueError):
+    """A schedule declaration that cannot work: a bad cron expression, an unknown time
+    zone, an interval that is not positive, an input that fails the workflow's model,
+    or a name another workflow's schedule already has."""
+
+
+class UnknownSchedule(LegatoError, LookupError):
+    """No deployed schedule of that name (``legato schedules pause|resume|trigger``)."""

@@ -32,6 +32,7 @@ from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
+from legato.engine.scheduling import ScheduleLoop
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.errors import ConfigurationError, LoopFailed
@@ -108,6 +109,7 @@ class Runtime:
                 loop.helper = helper
             self.loops += self.decider_loops
             self.loops.append(MaintenanceLoop(engine))
+            self.loops.append(ScheduleLoop(engine, poll_interval=poll_interval))
         if roles.worker:
             served = queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
             self.worker = Worker(

@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     from legato.cli import bench as bench_commands
     from legato.cli import db as db_commands
     from legato.cli import runtime as runtime_commands
+    from legato.cli import schedules as schedule_commands
     from legato.cli import stats as stats_commands
     from legato.cli import ui as ui_commands
 
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands.register(commands)
     stats_commands.register(commands)
     ui_commands.register(commands)
+    schedule_commands.register(commands)
     return parser
 
 

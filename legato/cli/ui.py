@@ -106,7 +106,10 @@ def register(commands: Any) -> None:
     )
     add_common_options(parser)
     parser.add_argument(
-        "--host", type=nonempty, default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback)"
+        "--host",
+        type=nonempty,
+        default="127.0.0.1",
+        help="address to bind (default: 127.0.0.1, loopback)",
     )
     parser.add_argument(
         "--port", type=_port, default=8080, help="port to bind; 0 picks a free one (default: 8080)"

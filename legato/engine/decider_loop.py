@@ -200,6 +200,7 @@ async def decide_runs(
             status=run.status,
             input=run.input,
             cancel_requested=run.cancel_requested,
+            timed_out=run.timed_out,
             tasks=tuple(row.record() for row in all_tasks[run.id]),
             signals=tuple(all_signals[run.id]),
         )

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import definitions
+from legato.engine.scheduling import deploy_schedules, utc_now
 from legato.flow import App, WorkflowDefinition, resolve_version
 
 
@@ -37,8 +38,11 @@ async def store_version(
 async def deploy_workflows(
     conn: AsyncConnection, workflows: Iterable[WorkflowDefinition]
 ) -> dict[str, int]:
-    """Store and mark deployed every workflow (children included); name -> version."""
-    return {
-        workflow.name: await store_version(conn, workflow, deploy=True)
-        for workflow in sorted(App(workflows).workflows.values(), key=lambda w: w.name)
+    """Store and mark deployed every workflow (children included), and its schedules;
+    name -> version."""
+    ordered = sorted(App(workflows).workflows.values(), key=lambda w: w.name)
+    versions = {
+        workflow.name: await store_version(conn, workflow, deploy=True) for workflow in ordered
     }
+    await deploy_schedules(conn, ordered, utc_now())
+    return versions

@@ -1,4 +1,4 @@
-"""The timer loop (sleeps, event timeouts, task timeouts) and the lease sweeper.
+"""The timer loop (sleeps, event timeouts, task and run timeouts) and the lease sweeper.
 
 Both turn an observed fact into a fenced transition of a task row plus a decide
 request, through ``legato.engine.reports`` — the same path as a worker's report.
@@ -8,15 +8,16 @@ that has since finished matches nothing and changes nothing.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.engine.decider.model import TaskError
 from legato.engine.loops import Loop, Wakeups
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import task_queue, tasks, timers
+from legato.engine.repositories import decide_queue, run_timeouts, task_queue, tasks, timers
 from legato.schema import TaskState, TimerKind
 
 # What each timer does when it fires: the states it may move the task from, and to.
@@ -73,6 +74,14 @@ def report_for(timer: timers.DueTimer, queue: str | None = None) -> Report:
 
 
 _QUEUED_KINDS = frozenset({TimerKind.SCHEDULE_TO_START, TimerKind.START_TO_CLOSE})
+# Timers that guard a run, not a task row: they mark the run and ask for a decision.
+_RUN_KINDS = frozenset({TimerKind.RUN_TIMEOUT})
+
+
+async def time_out_runs(conn: AsyncConnection, run_ids: list[uuid.UUID]) -> None:
+    """Mark the runs whose execution_timeout passed and have the decider time them out."""
+    marked = await run_timeouts.mark_timed_out(conn, run_ids)
+    await decide_queue.enqueue(conn, marked, "run timed out")
 
 
 def _queue_of(timing: tasks.AttemptTiming | None) -> str | None:
@@ -112,7 +121,12 @@ class TimerLoop(Loop):
             early = [t for t in due if t.due_at > now]
             await timers.arm(conn, early, now)
             fired = [t for t in due if t.due_at <= now]
-            reports = [report_for(t, _queue_of(timing.get(t.task_id))) for t in fired]
+            await time_out_runs(conn, [t.run_id for t in fired if t.kind in _RUN_KINDS])
+            reports = [
+                report_for(t, _queue_of(timing.get(t.task_id)))
+                for t in fired
+                if t.kind not in _RUN_KINDS
+            ]
             await apply_reports(conn, reports, "timer fired")
         self.fired += len(fired)
         return len(due) >= self.batch_size

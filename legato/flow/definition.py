@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Generic, TypeVar
 
 from pydantic import JsonValue, ValidationError
 
+from legato.errors import InvalidSchedule
 from legato.flow.builder import Flow, Node
+from legato.flow.schedules import Schedule
 from legato.flow.spec import SpecError, WorkflowSpec
 from legato.flow.tasks import TaskDefinition, adapter_for
+from legato.schema.enums import CatchUp
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -32,7 +36,12 @@ class WorkflowDefinition:
     inputs, event payloads and outputs.
     """
 
-    def __init__(self, name: str, fn: Callable[..., object]) -> None:
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., object],
+        execution_timeout: timedelta | None = None,
+    ) -> None:
         self.name = name
         try:
             hints = typing.get_type_hints(fn)
@@ -53,6 +62,12 @@ class WorkflowDefinition:
         if not flow._nodes:
             raise SpecError(f"workflow {name!r} is empty: it has no nodes")
         self.spec: WorkflowSpec = flow._compile(result)
+        if execution_timeout is not None:
+            self.spec = self.spec.model_copy(
+                update={"execution_timeout": _timeout_seconds(name, execution_timeout)}
+            )
+        # Declared with Workflow.schedule; deploying the workflow deploys exactly these.
+        self.schedules: dict[str, Schedule] = {}
         self.tasks: Mapping[str, TaskDefinition] = dict(flow._tasks)
         self.children: Mapping[str, WorkflowDefinition] = dict(flow._children)
         self._events: Mapping[str, list[object]] = dict(flow._event_models)
@@ -106,12 +121,61 @@ class WorkflowDefinition:
         return f"<workflow {self.name!r}>"
 
 
+def _timeout_seconds(name: str, value: object) -> float:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise SpecError(
+            f"workflow {name!r}: execution_timeout must be a positive timedelta, "
+            f"e.g. timedelta(hours=1); got {value!r}"
+        )
+    return value.total_seconds()
+
+
 class Workflow(WorkflowDefinition, Generic[In, Out]):
     """A compiled workflow with its input and output types, made by ``@workflow``."""
 
-    def __init__(self, name: str, fn: Callable[[Flow[In]], Node[Out]]) -> None:
-        super().__init__(name, fn)
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[Flow[In]], Node[Out]],
+        execution_timeout: timedelta | None = None,
+    ) -> None:
+        super().__init__(name, fn, execution_timeout)
         self.fn = fn
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        input: In,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp | str = CatchUp.SKIP,
+        max_catch_up: int = 100,
+        grace: timedelta = timedelta(minutes=1),
+    ) -> Schedule:
+        """Start a run of this workflow with ``input`` on every tick of ``cron`` (in
+        ``timezone``) or every ``every``; deployed with the workflow. Raises
+        ``InvalidSchedule`` naming the bad value. See docs/flows.md, "Schedules"."""
+        if name in self.schedules:
+            raise InvalidSchedule(f"workflow {self.name!r} already has a schedule {name!r}")
+        try:
+            payload = self.validate_input(input)
+        except InputValidationError as exc:
+            raise InvalidSchedule(f"schedule {name!r}: {exc}") from None
+        declared = Schedule.declare(
+            name,
+            self.name,
+            payload,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            catch_up=catch_up,
+            max_catch_up=max_catch_up,
+            grace=grace,
+        )
+        self.schedules[name] = declared
+        return declared
 
     def parse_output(self, value: JsonValue) -> Out:
         """Decode a run's JSON output into the workflow's output type."""
@@ -120,17 +184,22 @@ class Workflow(WorkflowDefinition, Generic[In, Out]):
 
 
 class _WorkflowDecorator:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, execution_timeout: timedelta | None) -> None:
         self.name = name
+        self.execution_timeout = execution_timeout
 
     def __call__(self, fn: Callable[[Flow[In]], Node[Out]]) -> Workflow[In, Out]:
-        return Workflow(self.name, fn)
+        return Workflow(self.name, fn, self.execution_timeout)
 
 
-def workflow(name: str) -> _WorkflowDecorator:
-    """Compile ``(flow: Flow[In]) -> Node[Out]`` into a :class:`Workflow` named ``name``."""
+def workflow(name: str, *, execution_timeout: timedelta | None = None) -> _WorkflowDecorator:
+    """Compile ``(flow: Flow[In]) -> Node[Out]`` into a :class:`Workflow` named ``name``.
+
+    ``execution_timeout`` bounds a run: past it, pending work is cancelled and the run
+    finishes ``TIMED_OUT`` (docs/flows.md, "Run timeout").
+    """
     if not name:
         raise SpecError("a workflow needs a non-empty name")
-    return _WorkflowDecorator(name)
-
-
+    if execution_timeout is not None:
+        _timeout_seconds(name, execution_timeout)
+    return _WorkflowDecorator(name, execution_timeout)

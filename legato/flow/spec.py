@@ -180,6 +180,8 @@ class WorkflowSpec(_Spec):
     output: str
     tasks: dict[str, TaskSpec] = Field(default_factory=dict)
     on_failure: str | None = None
+    # Seconds from the run's first decision to its deadline (the decider's RUN_TIMEOUT).
+    execution_timeout: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> WorkflowSpec:
@@ -194,7 +196,11 @@ class WorkflowSpec(_Spec):
 
     def canonical_json(self) -> str:
         """Sorted keys, no whitespace: equal specs give equal bytes."""
-        return canonical_json(self.model_dump(mode="json"))
+        dumped = self.model_dump(mode="json")
+        if dumped["execution_timeout"] is None:
+            # Specs compiled before the field existed keep their hash, hence their version.
+            del dumped["execution_timeout"]
+        return canonical_json(dumped)
 
     @property
     def spec_hash(self) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from legato.schema.enums import (
+        CatchUp,
         NodeKind,
         RunStatus,
         TaskState,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         Outbox,
         RunEvents,
         Runs,
+        Schedules,
         SchemaVersion,
         Signals,
         TaskQueue,
@@ -43,10 +45,12 @@ if TYPE_CHECKING:
 # of them, so a caller that needs one part (the pure decider, the schema's enums)
 # does not pay for the rest.
 _MODULE_OF: dict[str, str] = {
+    "CatchUp": "legato.schema.enums",
     "NodeKind": "legato.schema.enums",
     "RunStatus": "legato.schema.enums",
     "TaskState": "legato.schema.enums",
     "TimerKind": "legato.schema.enums",
+    "Schedules": "legato.schema.tables",
     "SCHEMA_PLACEHOLDER": "legato.schema.tables",
     "DecideQueue": "legato.schema.tables",
     "IdempotencyKeys": "legato.schema.tables",
@@ -70,6 +74,7 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "SCHEMA_PLACEHOLDER",
+    "CatchUp",
     "DecideQueue",
     "IdempotencyKeys",
     "NodeKind",
@@ -77,6 +82,7 @@ __all__ = [
     "RunEvents",
     "RunStatus",
     "Runs",
+    "Schedules",
     "SchemaVersion",
     "Signals",
     "TaskError",

@@ -12,6 +12,7 @@ class RunStatus(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"  # the workflow's execution_timeout passed first
 
     @property
     def finished(self) -> bool:
@@ -58,3 +59,12 @@ class TimerKind(StrEnum):
     EVENT_TIMEOUT = "EVENT_TIMEOUT"  # WAITING event wait -> TIMED_OUT
     SCHEDULE_TO_START = "SCHEDULE_TO_START"  # QUEUED attempt -> TIMED_OUT
     START_TO_CLOSE = "START_TO_CLOSE"  # QUEUED or RUNNING attempt -> TIMED_OUT
+    RUN_TIMEOUT = "RUN_TIMEOUT"  # RUNNING run -> timed out (runs.timed_out_at), decided again
+
+
+class CatchUp(StrEnum):
+    """What a schedule does with the ticks it missed while no decider ran."""
+
+    SKIP = "SKIP"  # fire none of them; only a tick reached within its grace fires
+    ONCE = "ONCE"  # fire the most recent one, once
+    ALL = "ALL"  # fire each of them, oldest first, at most max_catch_up

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     FetchedValue,
+    Float,
     ForeignKeyConstraint,
     Identity,
     Index,
@@ -43,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.schema import SchemaItem
 
-from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
+from legato.schema.enums import CatchUp, NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.types import JSON_VALUE, PydanticJSONB, TextEnum
 from legato.schema.values import TaskError
 
@@ -165,6 +166,7 @@ class RunsColumns(TableColumns):
     cancel_requested_at = time_col()
     created_at = time_col(nullable=False, now_default=True)
     scheduled_at = time_col()
+    timed_out_at = time_col()  # the RUN_TIMEOUT timer fired (migration 0006)
     updated_at = time_col(nullable=False, now_default=True)
     finished_at = time_col()
     # W3C trace context of the Client.start caller (migration 0005); NULL without tracing.
@@ -428,3 +430,35 @@ SchemaVersion = SchemaVersionColumns(
     PrimaryKeyConstraint("version_num"),
 )
 """Legato's own migration version table (never the host's ``alembic_version``)."""
+
+
+class SchedulesColumns(TableColumns):
+    """Columns of ``schedules`` (migration 0006)."""
+
+    name = text_col()
+    workflow_name = text_col()
+    cron = text_col(nullable=True)
+    interval_seconds: Column[float | None] = Column(Float, nullable=True)
+    timezone = text_col()
+    input = json_col()
+    catch_up: Column[CatchUp] = enum_col(CatchUp)
+    max_catch_up = int_col()
+    grace_seconds: Column[float] = Column(Float, nullable=False)
+    paused: Column[bool] = Column(Boolean, nullable=False, server_default=false())
+    next_fire_at = time_col(nullable=False)
+    last_tick_at = time_col()
+    created_at = time_col(nullable=False, now_default=True)
+    updated_at = time_col(nullable=False, now_default=True)
+
+
+Schedules = SchedulesColumns(
+    "schedules",
+    PrimaryKeyConstraint("name"),
+    enum_check("catch_up", CatchUp),
+    CheckConstraint("(cron IS NULL) <> (interval_seconds IS NULL)", name="timing_valid"),
+    # The schedule loop's claim: due, unpaused schedules by next fire.
+    Index("ix_schedules_due", "next_fire_at", postgresql_where=text("NOT paused")),
+    # Deploy: the schedules a workflow has.
+    Index(None, "workflow_name"),
+)
+"""Cron and interval schedules; each row's next_fire_at is its next tick (SKIP LOCKED)."""

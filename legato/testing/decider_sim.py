@@ -187,5 +187,9 @@ class Sim:
     def cancel(self) -> None:
         self.snap = self.snap.model_copy(update={"cancel_requested": True})
 
+    def run_timed_out(self) -> None:
+        """The RUN_TIMEOUT timer fired (what the timer loop records on the run)."""
+        self.snap = self.snap.model_copy(update={"timed_out": True})
+
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)

@@ -31,7 +31,7 @@ from legato.engine.worker import error_of
 from legato.errors import InvalidInput, LegatoError, RunFailed
 from legato.flow import InputValidationError, UnknownEventError, Workflow
 from legato.flow.tasks import TaskDefinition
-from legato.schema import NodeKind, RunStatus, TaskState
+from legato.schema import NodeKind, RunStatus, TaskState, TimerKind
 from legato.testing.decider_sim import T0, Sim
 
 In = TypeVar("In")
@@ -282,6 +282,10 @@ class Simulator(Generic[In, Out]):
             if arm.fire_at > self.now:
                 continue
             del self._sim.timers[timer_id]
+            if arm.kind is TimerKind.RUN_TIMEOUT:
+                self._sim.run_timed_out()
+                fired = True
+                continue
             move = report_for(DueTimer.armed(self.run_id, arm)).move
             row = self._row(arm.task_id)
             if row.attempt == move.attempt and row.state in move.from_states:

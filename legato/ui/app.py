@@ -117,7 +117,7 @@ class _Live:
                         notify.events_channel(self.client.schema), self._on_payload
                     )
                 else:
-                    await self.wakeups.reconnect_if_lost()
+                    await self.wakeups.ensure_listening()
             except Exception as error:  # a hint only: the tail polls as well
                 log.warning("cannot LISTEN for history (%s); polling instead", error)
         return event
@@ -162,7 +162,6 @@ class Dashboard:
             prefix=_prefix(request),
             read_only=self.read_only,
             csrf=token,
-            can_resume=hasattr(self.client, "resume"),
             **context,
         )
         response = HTMLResponse(html, status_code=status)
@@ -361,10 +360,7 @@ class Dashboard:
         )
 
     async def quarantine(self, request: Request) -> Response:
-        # Decision quarantine comes with a Client that has list_quarantined/resume; a
-        # Legato without it says so rather than showing an empty list.
-        listing = getattr(self.client, "list_quarantined", None)
-        parked = await listing(limit=200) if listing is not None else None
+        parked = await self.client.list_quarantined(limit=200)
         return self.page(request, "quarantine.html", parked=parked)
 
     # -- actions ----------------------------------------------------------------------------
@@ -417,10 +413,8 @@ class Dashboard:
     async def resume(self, request: Request) -> Response:
         run_id = as_run_id(request.path_params["run_id"])
         await self.form(request)
-        resume = getattr(self.client, "resume", None)
-        if resume is None:
-            raise Refused("this Legato has no decision quarantine, so nothing to resume")
-        await resume(run_id)
+        if not await self.client.resume(run_id):
+            raise InvalidInput(f"run {run_id} is not quarantined: nothing to resume")
         return self._back(request, run_id)
 
     def _back(self, request: Request, run_id: uuid.UUID) -> Response:

@@ -106,6 +106,10 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "resume"): (RUN,),
     ("bench",): ("--scenario", "start", "--size", "tiny"),
     ("stats",): (),
+    ("schedules", "list"): (),
+    ("schedules", "pause"): ("nightly",),
+    ("schedules", "resume"): ("nightly",),
+    ("schedules", "trigger"): ("nightly",),
     ("ui",): (),
 }
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from examples.orders import Line, Order, orders
 from examples.signup import Confirmed, Signup, signup
 from legato import App, Client, Runtime
+from legato.engine.repositories import decide_queue
 from legato.schema import RunStatus
 from legato.ui import create_app
 
@@ -266,3 +267,24 @@ def test_cli_refuses_a_port_in_use(database_url: str, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert err.startswith(f"legato: error: cannot listen on 127.0.0.1:{port}")
     assert len(err.strip().splitlines()) == 1
+
+
+async def test_quarantined_runs_are_listed_and_resumed_from_the_page(
+    client: Client, engine: AsyncEngine
+) -> None:
+    handle = await client.start(signup, Signup(email="ada@example.com"))
+    async with engine.begin() as conn:  # park it the way the decider does after N failures
+        await decide_queue.record_failure(conn, handle.run_id, 10, f"KeyError: {XSS}", None)
+    async with http(create_app(client)) as web:  # read-only: listed, no resume button
+        listed = await web.get("/quarantine")
+        assert listed.status_code == 200
+        assert str(handle.run_id) in listed.text
+        assert XSS not in listed.text and "&lt;script&gt;" in listed.text
+        assert "/resume" not in listed.text
+    async with http(create_app(client, read_only=False)) as web:
+        page = await web.get("/quarantine")
+        resumed = await web.post(f"/runs/{handle.run_id}/resume", data={"csrf": csrf_of(page)})
+        assert resumed.status_code == 303
+        assert await client.list_quarantined() == []
+        again = await web.post(f"/runs/{handle.run_id}/resume", data={"csrf": csrf_of(page)})
+        assert again.status_code == 400 and "not quarantined" in again.text

@@ -161,7 +161,10 @@ class _Decision:
                 self._cancel_live()
                 self._event("run_cancelled")
                 self._emit(FinishRun(status=RunStatus.CANCELLED))
+            elif self.snap.timed_out:
+                self._time_out()
             else:
+                self._arm_deadline()
                 self._decide_running()
         if self.observed:
             self._emit(MarkObserved(task_ids=tuple(self.observed)))
@@ -358,6 +361,40 @@ class _Decision:
             if row.kind is NodeKind.CHILD:
                 self._emit(CancelChildRun(run_id=row.task_id))
             self._event("task_cancelled", row)
+
+    # -- run timeout ---------------------------------------------------------------
+
+    def _arm_deadline(self) -> None:
+        """On the run's first decision (it has no task rows yet: every first decision
+        creates some), arm the RUN_TIMEOUT timer of ``execution_timeout``."""
+        timeout = self.spec.execution_timeout
+        if timeout is None or self.snap.tasks:
+            return
+        run_id = self.snap.run_id
+        self._emit(
+            ArmTimer(
+                timer_id=timer_id_for(run_id, TimerKind.RUN_TIMEOUT),
+                task_id=run_id,
+                attempt=0,
+                kind=TimerKind.RUN_TIMEOUT,
+                fire_at=self.now + timedelta(seconds=timeout),
+            )
+        )
+
+    def _time_out(self) -> None:
+        """The deadline passed: cancel every live row (a cancel) and finish TIMED_OUT.
+
+        The failure handler does not run: the deadline bounds it too.
+        """
+        self._cancel_live()
+        error = TaskError(
+            type="RunTimedOut",
+            message=f"workflow {self.spec.name!r} did not finish within its "
+            f"execution_timeout of {self.spec.execution_timeout:g}s",
+            retryable=False,
+        )
+        self._event("run_timed_out", data={"error": error.model_dump(mode="json")})
+        self._emit(FinishRun(status=RunStatus.TIMED_OUT, error=error))
 
     # -- failures ------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ External facts reach the decider as row state it can see in the snapshot:
   ``decide_queue`` upsert;
 * a finished child run completes its parent's CHILD task row the same way;
 * a signal is a ``signals`` row, buffered until a wait consumes it;
-* a cancellation request is ``RunSnapshot.cancel_requested``.
+* a cancellation request is ``RunSnapshot.cancel_requested``;
+* a passed ``execution_timeout`` is ``RunSnapshot.timed_out`` (set by the timer
+  loop when the RUN_TIMEOUT timer the run's first decision armed fires).
 
 A terminal task row the decider has not yet recorded in history has
 ``observed=False``; the decider records it (``AppendEvent``) and marks it
@@ -71,6 +73,7 @@ class RunSnapshot(_Value):
     status: RunStatus
     input: JsonValue = None
     cancel_requested: bool = False
+    timed_out: bool = False
     tasks: tuple[TaskRecord, ...] = ()
     signals: tuple[BufferedSignal, ...] = ()
 
@@ -206,7 +209,7 @@ def task_id_for(run_id: uuid.UUID, node_id: str, iteration: int, attempt: int) -
 
 
 def timer_id_for(task_id: uuid.UUID, kind: TimerKind) -> uuid.UUID:
-    """The id of the ``kind`` timer guarding ``task_id``."""
+    """The id of the ``kind`` timer guarding ``task_id`` (the run id for RUN_TIMEOUT)."""
     return uuid.uuid5(_TASK_NAMESPACE, f"{task_id}/{kind.value}")
 
 

@@ -57,6 +57,7 @@ class RunRow:
     cancel_requested: bool
     created_at: datetime
     finished_at: datetime | None
+    timed_out: bool = False
 
 
 # The columns every read of a run selects, in order, as typed by the schema.
@@ -69,6 +70,7 @@ _RunColumns = tuple[
     JsonValue,
     TaskError,
     uuid.UUID | None,
+    datetime,
     datetime,
     datetime,
     datetime,
@@ -88,11 +90,14 @@ def _select() -> Select[*_RunColumns]:
         Runs.cancel_requested_at,
         Runs.created_at,
         Runs.finished_at,
+        Runs.timed_out_at,
     )
 
 
 def _row(row: Row[*_RunColumns]) -> RunRow:
-    run_id, name, version, status, input_, output, error, parent, cancel, created, finished = row
+    run_id, name, version, status, input_, output, error, parent, cancel, created, finished = row[
+        :11
+    ]
     return RunRow(
         id=run_id,
         workflow_name=name,
@@ -105,6 +110,7 @@ def _row(row: Row[*_RunColumns]) -> RunRow:
         cancel_requested=cancel is not None,
         created_at=created,
         finished_at=finished,
+        timed_out=row[11] is not None,
     )
 
 
@@ -232,7 +238,7 @@ async def lock_many(
     lock. Primary keys of the runs' partitions; the seq from ``run_events``' primary key.
     """
     result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids)})
-    return [(_row(row[:11]), int(row[11])) for row in result]
+    return [(_row(row[:12]), int(row[12])) for row in result]
 
 
 async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:

@@ -203,7 +203,6 @@ async def workflow_versions(conn: AsyncConnection) -> list[VersionRow]:
                 running.c.workflow_version == WorkflowDefinitions.version,
             ),
         )
-        .where(WorkflowDefinitions.deleted_at.is_(None))
         .order_by(WorkflowDefinitions.name, WorkflowDefinitions.version.desc())
     )
     return [VersionRow(*row) for row in result]

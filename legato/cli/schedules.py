@@ -1,0 +1,111 @@
+"""``legato schedules list | pause | resume | trigger``: the deployed schedules.
+
+Schedules are declared in code (``Workflow.schedule``) and deployed with their
+workflow; these commands only read them and write pause/resume/trigger through
+``legato.engine.scheduling``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.cli import add_common_options, nonempty
+from legato.cli.render import table
+from legato.client import Client
+from legato.engine import scheduling
+from legato.engine.repositories.schedules import StoredSchedule
+
+
+@asynccontextmanager
+async def _engine(args: argparse.Namespace) -> AsyncIterator[AsyncEngine]:
+    client = await Client.connect(args.database_url, schema=args.schema)
+    try:
+        yield client.engine
+    finally:
+        await client.close()
+
+
+def _when(stored: StoredSchedule) -> str:
+    return "-" if stored.paused else stored.next_fire_at.isoformat(timespec="seconds")
+
+
+def schedules_table(found: list[StoredSchedule]) -> list[str]:
+    """One line per schedule: what it starts, when, how it catches up, its state."""
+    rows = [
+        [
+            s.schedule.name,
+            s.schedule.workflow,
+            s.schedule.timing.describe(),
+            s.schedule.policy.catch_up.value.lower(),
+            "paused" if s.paused else "active",
+            _when(s),
+            "-" if s.last_tick_at is None else s.last_tick_at.isoformat(timespec="seconds"),
+        ]
+        for s in found
+    ]
+    header = ["NAME", "WORKFLOW", "WHEN", "CATCH-UP", "STATE", "NEXT FIRE (UTC)", "LAST TICK"]
+    return table(header, rows)
+
+
+async def _list(args: argparse.Namespace) -> int:
+    async with _engine(args) as engine:
+        found = await scheduling.list_schedules(engine)
+    if not found:
+        print("no schedules deployed")
+    for line in schedules_table(found):
+        print(line)
+    return 0
+
+
+async def _pause(args: argparse.Namespace) -> int:
+    async with _engine(args) as engine:
+        await scheduling.pause(engine, args.name)
+    print(f"schedule {args.name} paused")
+    return 0
+
+
+async def _resume(args: argparse.Namespace) -> int:
+    async with _engine(args) as engine:
+        following = await scheduling.resume(engine, args.name)
+    print(f"schedule {args.name} resumed; next fire {following.isoformat(timespec='seconds')}")
+    return 0
+
+
+async def _trigger(args: argparse.Namespace) -> int:
+    async with _engine(args) as engine:
+        run_id = await scheduling.trigger(engine, args.name)
+    print(run_id)
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Register the ``schedules`` group on the root parser."""
+    group_parser = commands.add_parser(
+        "schedules",
+        help="list, pause, resume and trigger deployed schedules",
+        description="Inspect and drive the schedules deployed with their workflows.",
+        epilog="""examples:
+  legato schedules list
+  legato schedules pause nightly-report
+  legato schedules resume nightly-report
+  RUN=$(legato schedules trigger nightly-report)""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    group = group_parser.add_subparsers(dest="schedules_command", metavar="COMMAND", required=True)
+    commands_ = [
+        ("list", "every deployed schedule and its next fire", _list),
+        ("pause", "stop firing a schedule (its ticks while paused never fire)", _pause),
+        ("resume", "fire a paused schedule again, from its next tick", _resume),
+        ("trigger", "start one run of a schedule now; prints the run id", _trigger),
+    ]
+    for name, help_text, handler in commands_:
+        parser = group.add_parser(name, help=help_text, description=help_text)
+        add_common_options(parser)
+        if name != "list":
+            parser.add_argument("name", type=nonempty, metavar="NAME", help="the schedule's name")
+        parser.set_defaults(handler=handler)

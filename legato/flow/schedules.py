@@ -1,0 +1,68 @@
+"""Schedule declarations: ``Workflow.schedule(...)`` builds a :class:`Schedule`.
+
+A schedule belongs to its workflow and is deployed with it (``legato deploy``, a
+decider's start, ``Client.deploy``); the decider processes fire it
+(``legato.engine.scheduling``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pydantic import JsonValue
+
+from legato.engine.scheduler import Policy, Timing
+from legato.errors import InvalidSchedule
+from legato.limits import check_name
+from legato.schema.enums import CatchUp
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A checked schedule: its name, workflow, JSON input, ticks and catch-up policy."""
+
+    name: str
+    workflow: str
+    input: JsonValue
+    timing: Timing
+    policy: Policy
+
+    @classmethod
+    def declare(
+        cls,
+        name: str,
+        workflow: str,
+        input: JsonValue,
+        *,
+        cron: object,
+        every: object,
+        timezone: object,
+        catch_up: object,
+        max_catch_up: object,
+        grace: object,
+    ) -> Schedule:
+        """Check every option, naming the bad value in an ``InvalidSchedule``."""
+        check_name("schedule name", name, InvalidSchedule)
+        timing = Timing.checked(name, cron, every, timezone)
+        try:
+            policy_kind = CatchUp(str(catch_up).upper())
+        except ValueError:
+            raise InvalidSchedule(
+                f"schedule {name!r}: catch_up must be one of "
+                f"{[c.value.lower() for c in CatchUp]}, got {catch_up!r}"
+            ) from None
+        if (
+            isinstance(max_catch_up, bool)
+            or not isinstance(max_catch_up, int)
+            or not (1 <= max_catch_up <= 10_000)
+        ):
+            raise InvalidSchedule(
+                f"schedule {name!r}: max_catch_up must be an int from 1 to 10000, "
+                f"got {max_catch_up!r}"
+            )
+        if not isinstance(grace, timedelta) or grace < timedelta(0):
+            raise InvalidSchedule(
+                f"schedule {name!r}: grace must be a timedelta of zero or more, got {grace!r}"
+            )
+        return cls(name, workflow, input, timing, Policy(policy_kind, max_catch_up, grace))
