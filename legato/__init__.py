@@ -26,9 +26,12 @@ from legato.errors import (
 )
 from legato.flow import (
     App,
+    Cache,
+    Concurrency,
     FailureInfo,
     Flow,
     Node,
+    RateLimit,
     Retry,
     SpecError,
     Switch,
@@ -44,7 +47,9 @@ from legato.sync import SyncClient, SyncRunHandle
 
 __all__ = [
     "App",
+    "Cache",
     "Client",
+    "Concurrency",
     "ConfigurationError",
     "FailureInfo",
     "Flow",
@@ -57,6 +62,7 @@ __all__ = [
     "Node",
     "OutputTooLarge",
     "PayloadTooLarge",
+    "RateLimit",
     "Retry",
     "Roles",
     "RunAlreadyExists",
