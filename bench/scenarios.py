@@ -472,9 +472,9 @@ async def scenario_history(server: Server, opts: Options) -> list[Figure]:
 
 async def scenario_claims(server: Server, opts: Options) -> list[Figure]:
     """The claim's cost without limits (the one-statement claim) and with a queue limit
-    that never binds (the limited claim's transaction): p50 of a worker's claim."""
+    that never binds here (the limited claim's transaction): p50 of a worker's claim."""
     samples = opts.size.history_samples
-    limited = App(list(app.workflows.values()), queue_limits={"default": 1_000_000})
+    limited = App(list(app.workflows.values()), queue_limits={"default": 64})
     figures: list[Figure] = []
     for name, worker_app in (("claim p50, no limit", app), ("claim p50, queue limit", limited)):
         target = await server.fresh(f"claims-{len(figures)}")
