@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from legato.cli import main
-from legato.db import resolve_url
+from legato.db import HEAD_REVISION, resolve_url
 
 
 @dataclass
@@ -70,12 +70,12 @@ async def test_upgrade_then_current_and_check(empty_database_url: str) -> None:
 
     upgraded = await legato("db", "upgrade", database_url=url)
     assert upgraded.status == 0, upgraded.stderr
-    assert "schema 'legato' is at 0001" in upgraded.stdout
+    assert f"schema 'legato' is at {HEAD_REVISION}" in upgraded.stdout
 
     current, check = await asyncio.gather(
         legato("db", "current", database_url=url), legato("db", "check", database_url=url)
     )
-    assert current.stdout.strip() == "0001 (head)"
+    assert current.stdout.strip() == f"{HEAD_REVISION} (head)"
     assert check.status == 0
 
 
