@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bench.flows import Go, app, chain3, fanout10, one, wake
 from bench.harness import Figure, Server, percentile
 from bench.procs import Fleet
-from legato import Client, Workflow
+from legato import App, Client, Workflow
 from legato.db import create_engine
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.worker import Worker
@@ -336,10 +336,12 @@ async def _stamps(engine: AsyncEngine) -> dict[tuple[uuid.UUID, str], float]:
 # -- history ---------------------------------------------------------------------------------
 
 
-async def _cycles(engine: AsyncEngine, client: Client, samples: int) -> tuple[list[float], ...]:
+async def _cycles(
+    engine: AsyncEngine, client: Client, samples: int, worker_app: App = app
+) -> tuple[list[float], ...]:
     """Start a run, decide it, claim its task, let it finish, decide again; time each step."""
     decider = DeciderLoop(engine)
-    worker = Worker(engine, app, queues=("default",), concurrency=4, flush_interval=0)
+    worker = Worker(engine, worker_app, queues=("default",), concurrency=4, flush_interval=0)
     claims: list[float] = []
     decides: list[float] = []
     try:
@@ -468,12 +470,32 @@ async def scenario_history(server: Server, opts: Options) -> list[Figure]:
     return figures
 
 
+async def scenario_claims(server: Server, opts: Options) -> list[Figure]:
+    """The claim's cost without limits (the one-statement claim) and with a queue limit
+    that never binds here (the limited claim's transaction): p50 of a worker's claim."""
+    samples = opts.size.history_samples
+    limited = App(list(app.workflows.values()), queue_limits={"default": 64})
+    figures: list[Figure] = []
+    for name, worker_app in (("claim p50, no limit", app), ("claim p50, queue limit", limited)):
+        target = await server.fresh(f"claims-{len(figures)}")
+        engine = create_engine(target.url, target.schema)
+        try:
+            async with Client(engine, app=app) as client:
+                await client.deploy()
+                claims, _ = await _cycles(engine, client, samples, worker_app)
+        finally:
+            await engine.dispose()
+        figures.append(Figure("claims", name, percentile(claims, 50), "ms", {"samples": samples}))
+    return figures
+
+
 SCENARIOS: dict[str, Callable[[Server, Options], Awaitable[list[Figure]]]] = {
     "start": scenario_start,
     "e2e-1": scenario_e2e_1,
     "e2e-3": scenario_e2e_3,
     "wake": scenario_wake,
     "history": scenario_history,
+    "claims": scenario_claims,
 }
 
 

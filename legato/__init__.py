@@ -47,9 +47,12 @@ if TYPE_CHECKING:
     )
     from legato.flow import (
         App,
+        Cache,
+        Concurrency,
         FailureInfo,
         Flow,
         Node,
+        RateLimit,
         Retry,
         SpecError,
         Switch,
@@ -96,6 +99,9 @@ _MODULE_OF: dict[str, str] = {
     "RunFinished": "legato.errors",
     "RunNotFound": "legato.errors",
     "UnknownWorkflow": "legato.errors",
+    "RateLimit": "legato.flow",
+    "Concurrency": "legato.flow",
+    "Cache": "legato.flow",
     "App": "legato.flow",
     "FailureInfo": "legato.flow",
     "Flow": "legato.flow",
@@ -124,8 +130,10 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "App",
+    "Cache",
     "CatchUp",
     "Client",
+    "Concurrency",
     "ConfigurationError",
     "DatabaseUnavailable",
     "FailureInfo",
@@ -141,6 +149,7 @@ __all__ = [
     "Node",
     "OutputTooLarge",
     "PayloadTooLarge",
+    "RateLimit",
     "Retry",
     "Roles",
     "RunAlreadyExists",

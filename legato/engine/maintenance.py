@@ -1,4 +1,5 @@
-"""Periodic maintenance in the decider process: partitions ahead, expired keys pruned."""
+"""Periodic maintenance in the decider process: partitions ahead, expired idempotency
+keys and cached task outputs pruned, idle concurrency slots dropped."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.loops import Loop
-from legato.engine.repositories import idempotency_keys, partitions
+from legato.engine.repositories import concurrency, idempotency_keys, partitions, task_cache
 
 log = logging.getLogger("legato.maintenance")
 
 
 class MaintenanceLoop(Loop):
     """Creates partitions ahead (under the functions' advisory lock, so every decider
-    process may run it) and prunes expired idempotency keys."""
+    process may run it), prunes expired idempotency keys and cached outputs, and drops
+    concurrency slots idle for a day."""
 
     name = "maintenance"
 
@@ -36,6 +38,11 @@ class MaintenanceLoop(Loop):
             created = await partitions.ensure(conn, self.months_ahead, self.days_ahead)
         async with self.engine.begin() as conn:
             pruned = await idempotency_keys.prune(conn)
+        async with self.engine.begin() as conn:
+            uncached = await task_cache.prune(conn)
+            idle = await concurrency.prune(conn)
+        if uncached or idle:
+            log.info("pruned %d expired cached outputs, %d idle slots", uncached, idle)
         if created:
             log.info("created partitions: %s", ", ".join(created))
         if pruned:

@@ -23,6 +23,8 @@ from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.context import TaskCancelled, TaskContext
+from legato.engine import output_cache
+from legato.engine.admission import Admission
 from legato.engine.decider.model import TaskError
 from legato.engine.loops import (
     Loop,
@@ -149,6 +151,8 @@ class Worker(Loop):
         self.app = app
         self.queues = queues
         self.task_names = sorted(app.tasks)
+        # None unless a served task or queue is limited: then the one-statement claim.
+        self._admission = Admission.of(app, queues, self.task_names)
         self.concurrency = concurrency
         self.lease = lease
         self.flush_interval = flush_interval
@@ -186,12 +190,16 @@ class Worker(Loop):
         free = self.concurrency - len(self._inflight)
         if free <= 0:
             return False
-        # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
-        async with self.engine.connect() as conn:
-            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            claimed = await task_queue.claim(
-                autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
-            )
+        if self._admission is not None:
+            async with self.engine.begin() as conn:
+                claimed = await self._admission.claim(conn, self.worker_id, free, self.lease)
+        else:
+            # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
+            async with self.engine.connect() as conn:
+                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                claimed = await task_queue.claim(
+                    autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
+                )
         hooks.attempts_claimed(claimed)
         for item in claimed:
             flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
@@ -229,7 +237,9 @@ class Worker(Loop):
         deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
         try:
             async with deadline:
-                output = await hooks.observed_attempt(item, definition.invoke(ctx, item.input))
+                output = await hooks.observed_attempt(
+                    item, output_cache.invoke(self.engine, definition, ctx, item.input)
+                )
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)

@@ -27,6 +27,9 @@ from legato.flow.spec import (
     resolve_version,
 )
 from legato.flow.tasks import (
+    Cache,
+    Concurrency,
+    RateLimit,
     Retry,
     Task0,
     Task1,
@@ -43,10 +46,13 @@ from legato.flow.tasks import (
 __all__ = [
     "MISSING",
     "App",
+    "Cache",
+    "Concurrency",
     "FailureInfo",
     "Flow",
     "InputValidationError",
     "Node",
+    "RateLimit",
     "Retry",
     "SpecError",
     "Switch",

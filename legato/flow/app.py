@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from legato.flow.definition import WorkflowDefinition
 from legato.flow.spec import SpecError
-from legato.flow.tasks import TaskDefinition
+from legato.flow.tasks import TaskDefinition, check_queue_limits, check_shared_limits
 from legato.limits import check_type
 
 
@@ -14,10 +14,16 @@ class App:
     """The workflows (and, collected from them, the tasks) a runtime serves.
 
     Child workflows are included. Two different workflows or tasks with one name
-    are an error.
+    are an error. ``queue_limits`` caps the attempts leased at once per queue, across
+    all workers (every process serving a queue must be given the same limits).
     """
 
-    def __init__(self, workflows: Iterable[WorkflowDefinition] = ()) -> None:
+    def __init__(
+        self,
+        workflows: Iterable[WorkflowDefinition] = (),
+        *,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> None:
         found = _with_children(workflows)
         tasks: dict[str, TaskDefinition] = {}
         for wf in found.values():
@@ -28,6 +34,8 @@ class App:
                 tasks[t.name] = t
         self.workflows: Mapping[str, WorkflowDefinition] = found
         self.tasks: Mapping[str, TaskDefinition] = tasks
+        self.queue_limits: Mapping[str, int] = check_queue_limits(queue_limits or {})
+        check_shared_limits(tasks.values())
 
     def workflow(self, name: str) -> WorkflowDefinition:
         try:

@@ -7,9 +7,11 @@ mypy checks at every ``flow.run(f, node_a, node_b)``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar, overload
@@ -101,6 +103,78 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+@dataclass(frozen=True)
+class Concurrency:
+    """At most ``limit`` attempts of the task leased at once, across all workers.
+
+    With ``key``, per value of ``key(*inputs)`` (called with the task's inputs, its
+    result made a string with ``str``): ``Concurrency(1, key=lambda c: c.customer_id)``
+    runs one attempt per customer at a time. Tasks giving one ``name`` share one limit
+    (each must declare the same ``limit``); without it, the limit is the task's own.
+    """
+
+    limit: int
+    key: Callable[..., object] | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.limit) or self.limit < 1:
+            raise TaskDefinitionError(
+                f"Concurrency(limit={self.limit!r}): limit must be an int >= 1"
+            )
+        _check_key_and_name("Concurrency", self.key, self.name)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``count`` attempts of the task started per ``per``, across all workers:
+    a token bucket holding up to ``count`` tokens, refilled at ``count / per``.
+
+    ``key`` and ``name`` as for :class:`Concurrency`: one bucket per key value, shared
+    by the tasks giving one ``name``.
+    """
+
+    count: int
+    per: timedelta
+    key: Callable[..., object] | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.count) or self.count < 1:
+            raise TaskDefinitionError(f"RateLimit(count={self.count!r}): count must be an int >= 1")
+        if not isinstance(self.per, timedelta) or self.per <= timedelta(0):
+            raise TaskDefinitionError(
+                f"RateLimit(per={self.per!r}): per must be a positive datetime.timedelta"
+            )
+        _check_key_and_name("RateLimit", self.key, self.name)
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Reuse the task's output for ``expires`` instead of running it again.
+
+    Outputs are keyed by the task's name and ``key(*inputs)`` (made a string with
+    ``str``); without ``key``, by a hash of the task's JSON inputs, so equal inputs hit.
+    """
+
+    expires: timedelta
+    key: Callable[..., object] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expires, timedelta) or self.expires <= timedelta(0):
+            raise TaskDefinitionError(
+                f"Cache(expires={self.expires!r}): expires must be a positive datetime.timedelta"
+            )
+        _check_key_and_name("Cache", self.key, None)
+
+
+def _check_key_and_name(option: str, key: object, name: object) -> None:
+    if key is not None and not callable(key):
+        raise TaskDefinitionError(f"{option}(key={key!r}): key must be a function of the inputs")
+    if name is not None:
+        check_name(f"{option}: name", name, TaskDefinitionError)
+
+
 def adapter_for(tp: object) -> TypeAdapter[object]:
     """A TypeAdapter for a runtime annotation (a class, ``list[X]``, a union...)."""
     # Annotations read at runtime are plain objects; pydantic validates them itself.
@@ -125,6 +199,9 @@ class TaskDefinition:
         schedule_to_start: timedelta | None,
         start_to_close: timedelta | None,
         heartbeat: timedelta | None,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | None = None,
+        cache: Cache | None = None,
     ) -> None:
         label = f"task {getattr(fn, '__qualname__', repr(fn))}"
         self.fn = fn
@@ -147,6 +224,18 @@ class TaskDefinition:
             f"{label}: start_to_close", start_to_close, TaskDefinitionError
         )
         self.heartbeat = check_timeout(f"{label}: heartbeat", heartbeat, TaskDefinitionError)
+        for option, value, kind in (
+            ("concurrency", concurrency, Concurrency),
+            ("rate_limit", rate_limit, RateLimit),
+            ("cache", cache, Cache),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise TaskDefinitionError(
+                    f"{label}: {option}={value!r} must be a legato.{kind.__name__} or None"
+                )
+        self.concurrency = concurrency
+        self.rate_limit = rate_limit
+        self.cache = cache
         self._params = tuple(adapter_for(t) for t in self.param_types)
         self._result = adapter_for(self.return_type)
         self.spec = TaskSpec(
@@ -177,6 +266,28 @@ class TaskDefinition:
             return [adapter.validate_python(arg) for adapter, arg in pairs]
         except ValueError as exc:
             raise TaskArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from exc
+
+    def key_of(self, key: Callable[..., object] | None, args: JsonValue) -> str:
+        """The limit key of an attempt with JSON ``args``: ``str(key(*inputs))``, or ``""``
+        without ``key``. Inputs that do not parse, or a ``key`` that raises, give ``""``:
+        such attempts share one key rather than escape the limit."""
+        if key is None:
+            return ""
+        try:
+            return str(key(*self.parse_args(args)))
+        except Exception:
+            return ""
+
+    def cache_key(self, args: JsonValue) -> str | None:
+        """The output-cache key of an attempt with JSON ``args``, or None when the task
+        is not cached: ``str(cache.key(*inputs))``, else a SHA-256 of the canonical JSON
+        of the inputs."""
+        if self.cache is None:
+            return None
+        if self.cache.key is not None:
+            return str(self.cache.key(*self.parse_args(args)))
+        canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     def dump_result(self, value: object) -> JsonValue:
         """Serialise a return value to JSON."""
@@ -273,6 +384,9 @@ class _TaskDecorator:
     start_to_close: timedelta | None
     heartbeat: timedelta | None
     priority: int
+    concurrency: Concurrency | None = None
+    rate_limit: RateLimit | None = None
+    cache: Cache | None = None
 
     @overload
     def __call__(self, fn: Callable[[TaskContext], Awaitable[R]], /) -> Task0[R]: ...
@@ -311,6 +425,9 @@ class _TaskDecorator:
             schedule_to_start=self.schedule_to_start,
             start_to_close=self.start_to_close,
             heartbeat=self.heartbeat,
+            concurrency=self.concurrency,
+            rate_limit=self.rate_limit,
+            cache=self.cache,
         )
 
 
@@ -323,6 +440,9 @@ def task(
     start_to_close: timedelta | None = None,
     heartbeat: timedelta | None = None,
     priority: int = 0,
+    concurrency: Concurrency | None = None,
+    rate_limit: RateLimit | None = None,
+    cache: Cache | None = None,
 ) -> _TaskDecorator:
     """Register an async function ``(ctx: TaskContext, *inputs) -> R`` as a task.
 
@@ -331,6 +451,10 @@ def task(
     of range (a name or queue breaking the name rules, a timeout that is not a
     positive ``timedelta``), this raises :class:`TaskDefinitionError` naming the
     function and the option.
+
+    ``concurrency``, ``rate_limit`` and ``cache`` are enforced by the workers (see
+    docs/flows.md): they change when an attempt starts, or whether it runs at all,
+    never the workflow's spec.
     """
     return _TaskDecorator(
         name=name,
@@ -340,4 +464,58 @@ def task(
         start_to_close=start_to_close,
         heartbeat=heartbeat,
         priority=priority,
+        concurrency=concurrency,
+        rate_limit=rate_limit,
+        cache=cache,
     )
+
+
+def concurrency_name(definition: TaskDefinition) -> str | None:
+    """The limit a task's attempts count against (its ``Concurrency``), or None."""
+    limit = definition.concurrency
+    return None if limit is None else f"task:{limit.name or definition.name}"
+
+
+def rate_name(definition: TaskDefinition) -> str | None:
+    """The bucket family a task's attempts draw from (its ``RateLimit``), or None."""
+    limit = definition.rate_limit
+    return None if limit is None else f"task:{limit.name or definition.name}"
+
+
+def queue_limit_name(queue: str) -> str:
+    """The limit every attempt of ``queue`` counts against when the queue has one."""
+    return f"queue:{queue}"
+
+
+def check_queue_limits(limits: Mapping[str, int]) -> dict[str, int]:
+    """``App(queue_limits=...)`` validated: queue names to ints >= 1."""
+    if not isinstance(limits, Mapping):
+        raise TaskDefinitionError(f"queue_limits={limits!r} must be a mapping of queue to int")
+    for queue, limit in limits.items():
+        check_name("queue_limits: queue", queue, TaskDefinitionError)
+        if not _is_int(limit) or limit < 1:
+            raise TaskDefinitionError(
+                f"queue_limits[{queue!r}]={limit!r}: a queue limit must be an int >= 1"
+            )
+    return dict(limits)
+
+
+def check_shared_limits(definitions: Iterable[TaskDefinition]) -> None:
+    """Tasks sharing a limit by name must agree on its size."""
+    sizes: dict[str, tuple[str, object]] = {}
+    for definition in definitions:
+        for name, size in (
+            (concurrency_name(definition), definition.concurrency and definition.concurrency.limit),
+            (
+                rate_name(definition) and f"rate {rate_name(definition)}",
+                definition.rate_limit and (definition.rate_limit.count, definition.rate_limit.per),
+            ),
+        ):
+            if name is None:
+                continue
+            seen = sizes.setdefault(name, (definition.name, size))
+            if seen[1] != size:
+                raise TaskDefinitionError(
+                    f"tasks {seen[0]!r} and {definition.name!r} share the limit {name!r} with "
+                    f"different sizes ({seen[1]!r} and {size!r}): give both the same size"
+                )

@@ -26,6 +26,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     FetchedValue,
     Float,
     ForeignKeyConstraint,
@@ -462,3 +463,65 @@ Schedules = SchedulesColumns(
     Index(None, "workflow_name"),
 )
 """Cron and interval schedules; each row's next_fire_at is its next tick (SKIP LOCKED)."""
+
+
+class ConcurrencySlotsColumns(TableColumns):
+    """Columns of ``concurrency_slots``."""
+
+    limit_name = text_col()
+    key = text_col()
+    slot = int_col()
+    holder_task_id: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
+    holder_owner = text_col(nullable=True)
+    # The holder's lease expiry while held (a slot is free once it passes, so a killed
+    # worker's slot frees itself); the release time once released.
+    expires_at = time_col(nullable=False, now_default=True)
+
+
+ConcurrencySlots = ConcurrencySlotsColumns(
+    "concurrency_slots",
+    PrimaryKeyConstraint("limit_name", "key", "slot"),
+    # Reports, lease extensions and releases free or extend the slots of their attempts.
+    Index(
+        "ix_concurrency_slots_holder",
+        "holder_task_id",
+        postgresql_where=text("holder_task_id IS NOT NULL"),
+    ),
+)
+"""One row per unit of a concurrency limit (``slot`` < the limit); the claim locks a
+    free row to lease an attempt counted against the limit."""
+
+
+class RateBucketsColumns(TableColumns):
+    """Columns of ``rate_buckets``."""
+
+    limit_name = text_col()
+    key = text_col()
+    tokens: Column[float] = Column(Double(), nullable=False)
+    updated_at = time_col(nullable=False, now_default=True)
+
+
+RateBuckets = RateBucketsColumns(
+    "rate_buckets",
+    PrimaryKeyConstraint("limit_name", "key"),
+)
+"""A token bucket per rate-limit key: a narrow row updated by every limited claim."""
+
+
+class TaskCacheColumns(TableColumns):
+    """Columns of ``task_cache``."""
+
+    task_name = text_col()
+    key = text_col()
+    output = json_col()
+    created_at = time_col(nullable=False, now_default=True)
+    expires_at = time_col(nullable=False)
+
+
+TaskCache = TaskCacheColumns(
+    "task_cache",
+    PrimaryKeyConstraint("task_name", "key"),
+    # The maintenance loop's pruning of expired entries.
+    Index(None, "expires_at"),
+)
+"""Cached task outputs by (task name, input key), reused until ``expires_at``."""

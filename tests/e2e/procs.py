@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,6 @@ from legato import Runtime
 from legato.db import create_engine
 from legato.engine import decider_loop
 from legato.runtime import Roles
-from tests.e2e.flows import app
 
 ROLES = {
     "decider": Roles(worker=False, timer=False),
@@ -46,7 +46,7 @@ async def main(args: argparse.Namespace) -> None:
     engine = create_engine(args.database_url, "legato")
     runtime = Runtime(
         engine,
-        app,
+        importlib.import_module(args.app).app,
         roles=ROLES[args.role],
         concurrency=args.concurrency,
         lease=timedelta(seconds=args.lease),
@@ -66,5 +66,6 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--pause-decision")
+    parser.add_argument("--app", default="tests.e2e.flows", help="module whose `app` to serve")
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(main(parser.parse_args()))

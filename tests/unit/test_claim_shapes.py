@@ -15,14 +15,16 @@ import pytest
 
 from bench.stress_claims import textbook_claim
 from legato.db import create_engine
-from legato.engine.repositories import decide_queue, task_queue, timers
+from legato.engine.repositories import concurrency, decide_queue, rate_limits, task_queue, timers
 
 DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # never connects
 
 
 def locks_in_a_materialized_cte(statement: Any) -> bool:
     sql = " ".join(str(statement.compile(dialect=DIALECT)).split())
-    materialized = re.search(r"WITH \w+ AS MATERIALIZED \(SELECT .* FOR UPDATE SKIP LOCKED\)", sql)
+    # ``OF table``: a lock over a join with array parameters names the table it locks.
+    locking = r"FOR UPDATE (OF \w+ )?SKIP LOCKED\)"
+    materialized = re.search(r"WITH \w+ AS MATERIALIZED \(SELECT .* " + locking, sql)
     return bool(materialized) and "IN (SELECT" not in sql
 
 
@@ -33,8 +35,19 @@ def locks_in_a_materialized_cte(statement: Any) -> bool:
         decide_queue._take_statement(False),
         decide_queue._take_statement(True),
         timers._take_due_statement(),
+        task_queue._lock_candidates_statement(),
+        concurrency._lock_free_statement(),
+        rate_limits._lock_statement(),
     ],
-    ids=["worker claim", "decider take", "decider take chosen", "timer take"],
+    ids=[
+        "worker claim",
+        "decider take",
+        "decider take chosen",
+        "timer take",
+        "limited claim candidates",
+        "concurrency slots",
+        "rate buckets",
+    ],
 )
 def test_locking_happens_in_a_materialized_cte(statement: Any) -> None:
     assert locks_in_a_materialized_cte(statement)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import TypeVarTuple
 
-from sqlalchemy import CTE, Select
+from sqlalchemy import CTE, Select, Table
 
 _Columns = TypeVarTuple("_Columns")
 
 
-def locked(candidates: Select[*_Columns], name: str) -> CTE:
+def locked(candidates: Select[*_Columns], name: str, of: Table | None = None) -> CTE:
     """``candidates`` locked with ``FOR UPDATE SKIP LOCKED`` in a materialized CTE: the
-    rows this claim owns until its transaction ends; other claimers skip them."""
-    return candidates.with_for_update(skip_locked=True).cte(name).prefix_with("MATERIALIZED")
+    rows this claim owns until its transaction ends; other claimers skip them. ``of``
+    names the one table locked when ``candidates`` joins array parameters."""
+    return candidates.with_for_update(skip_locked=True, of=of).cte(name).prefix_with("MATERIALIZED")

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.decider.model import EnqueueTask
+from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     in_array,
@@ -126,11 +127,16 @@ def claim_candidates() -> Select[str, uuid.UUID]:
 
 @cache
 def _claim_statement() -> Any:
-    candidates = locked(claim_candidates(), "candidates")
+    return _lease_statement(locked(claim_candidates(), "candidates"))
+
+
+def _lease_statement(chosen: Any) -> Any:
+    """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) to ``owner`` and mark
+    their attempts RUNNING, returning what the worker needs to run them."""
     owner = bindparam("owner", type_=Text())
     leased = (
         update(TaskQueue.table)
-        .where(TaskQueue.queue == candidates.c.queue, TaskQueue.task_id == candidates.c.task_id)
+        .where(TaskQueue.queue == chosen.c.queue, TaskQueue.task_id == chosen.c.task_id)
         .values(
             lease_owner=owner,
             lease_expires_at=func.now() + bindparam("lease", type_=Interval()),
@@ -204,19 +210,99 @@ async def claim(
     return [Claimed(**row._asdict()) for row in result]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """An available attempt locked by a limited claim, with the input its limit keys
+    are computed from."""
+
+    queue: str
+    task_id: uuid.UUID
+    task_name: str
+    input: JsonValue
+
+
+async def lock_candidates(
+    conn: AsyncConnection, queues: Sequence[str], task_names: Sequence[str], limit: int
+) -> list[Candidate]:
+    """Lock up to ``limit`` available attempts, best first, with their inputs (worker's
+    limited claim, first statement of its transaction): the caller decides which of
+    them its limits admit and leases those with :func:`lease`; the rest are unlocked
+    at commit, untouched. The same materialized ``FOR UPDATE SKIP LOCKED`` CTE as
+    :func:`claim`; ``ix_task_queue_dequeue``, then the primary key of ``tasks``."""
+    result = await conn.execute(
+        _lock_candidates_statement(),
+        {"queues": list(queues), "task_names": list(task_names), "limit": limit},
+    )
+    return [Candidate(**row._asdict()) for row in result]
+
+
+@cache
+def _lock_candidates_statement() -> Any:
+    candidates = locked(
+        claim_candidates().add_columns(
+            TaskQueue.run_id,
+            TaskQueue.attempt,
+            TaskQueue.task_name,
+            TaskQueue.priority,
+            TaskQueue.available_at,
+        ),
+        "candidates",
+    )
+    return (
+        select(candidates.c.queue, candidates.c.task_id, candidates.c.task_name, Tasks.input)
+        .join(
+            Tasks.table,
+            (Tasks.run_id == candidates.c.run_id) & (Tasks.id == candidates.c.task_id),
+        )
+        .where(Tasks.attempt == candidates.c.attempt, Tasks.state == TaskState.QUEUED)
+        .order_by(candidates.c.priority.desc(), candidates.c.available_at)
+    )
+
+
+async def lease(
+    conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], owner: str, lease: timedelta
+) -> list[Claimed]:
+    """Lease attempts this transaction locked with :func:`lock_candidates` and mark them
+    RUNNING, as :func:`claim` does (worker's limited claim, after its limits admitted
+    them). Primary keys; the rows are locked already, so nothing is rechecked."""
+    if not keys:
+        return []
+    result = await conn.execute(
+        _lease_given_statement(),
+        {
+            "queues": [queue for queue, _ in keys],
+            "task_ids": [task_id for _, task_id in keys],
+            "owner": owner,
+            "lease": lease,
+        },
+    )
+    return [Claimed(**row._asdict()) for row in result]
+
+
+@cache
+def _lease_given_statement() -> Any:
+    return _lease_statement(
+        rows_of("chosen", queue=text_array("queues"), task_id=uuid_array("task_ids"))
+    )
+
+
 async def extend_leases(
     conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]], lease: timedelta
 ) -> set[uuid.UUID]:
-    """Extend the leases of a worker's in-flight attempts in one statement (worker's
-    lease keeper). Returns the task ids still leased by ``owner``: a missing one was
-    cancelled or timed out, and the worker cancels it. Primary key."""
+    """Extend the leases of a worker's in-flight attempts, and the concurrency slots
+    they hold, in one statement (worker's lease keeper). Returns the task ids still
+    leased by ``owner``: a missing one was cancelled or timed out, and the worker
+    cancels it. Primary key."""
     if not keys:
         return set()
+    task_ids = uuid_array("slot_task_ids", [task_id for _, task_id in keys])
+    slots = concurrency.extended(task_ids, bindparam("slot_owner", owner, type_=Text()), lease)
     result = await conn.execute(
         update(TaskQueue.table)
         .where(*_keyed(keys), TaskQueue.lease_owner == owner)
         .values(lease_expires_at=func.now() + lease)
         .returning(TaskQueue.task_id)
+        .add_cte(slots)
     )
     return set(result.scalars())
 
@@ -224,21 +310,32 @@ async def extend_leases(
 async def remove(
     conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], *, unleased: bool = False
 ) -> None:
-    """Delete finished attempts' rows (worker reports, timer loop, sweeper, decider's
-    cancellations); with ``unleased``, only rows no worker holds. Primary key."""
-    if keys:
-        condition = [TaskQueue.lease_expires_at.is_(None)] if unleased else []
-        await conn.execute(delete(TaskQueue.table).where(*_keyed(keys), *condition))
+    """Delete finished attempts' rows and free their concurrency slots (worker reports,
+    timer loop, sweeper, decider's cancellations); with ``unleased``, only rows no
+    worker holds (which hold no slot). Primary key."""
+    if not keys:
+        return
+    statement = delete(TaskQueue.table).where(*_keyed(keys))
+    if unleased:
+        statement = statement.where(TaskQueue.lease_expires_at.is_(None))
+    else:
+        statement = statement.add_cte(concurrency.freed(_slot_holders(keys)))
+    await conn.execute(statement)
+
+
+def _slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
+    return uuid_array("slot_task_ids", [task_id for _, task_id in keys])
 
 
 async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
-    """Drop ``owner``'s leases so another worker claims the attempts at once (worker
-    graceful shutdown). Primary key."""
+    """Drop ``owner``'s leases, and free their concurrency slots, so another worker
+    claims the attempts at once (worker graceful shutdown). Primary key."""
     if keys:
         await conn.execute(
             update(TaskQueue.table)
             .where(*_keyed(keys), TaskQueue.lease_owner == owner)
             .values(lease_owner=None, lease_expires_at=None)
+            .add_cte(concurrency.freed(_slot_holders(keys)))
         )
 
 
