@@ -8,11 +8,12 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
+from legato.engine.decider.model import FINAL_EVENT_TYPES
 from legato.engine.repositories.run_events import HistoryEvent
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.tasks import TaskRow
 
-FINAL_EVENTS = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
+FINAL_EVENTS = FINAL_EVENT_TYPES
 
 
 def compact(value: JsonValue, limit: int = 100) -> str:

@@ -32,8 +32,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from legato.cli.render import FINAL_EVENTS
 from legato.client import Client, as_run_id
+from legato.engine.decider.model import FINAL_EVENT_TYPES
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import definitions, notify, ui_queries
 from legato.engine.repositories.run_events import HistoryEvent
@@ -310,7 +310,7 @@ class Dashboard:
                     data = self.history_row(run_id, event, prefix).replace("\n", "\ndata: ")
                     yield f"id: {event.seq}\nevent: history\ndata: {data}\n\n"
                     seq = event.seq
-                if finished or any(e.type in FINAL_EVENTS for e in events):
+                if finished or any(e.type in FINAL_EVENT_TYPES for e in events):
                     yield "event: end\ndata: finished\n\n"
                     return
                 if events:

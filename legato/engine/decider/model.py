@@ -36,6 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.values import TaskError as TaskError
 
+# The history event types that end a run: the last event of every finished run is one.
+FINAL_EVENT_TYPES = frozenset({"run_succeeded", "run_failed", "run_cancelled", "run_timed_out"})
+
 
 class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
