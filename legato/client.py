@@ -221,14 +221,20 @@ class Client:
             return await deploy_workflows(conn, target.workflows.values())
 
     async def _version_of(self, conn: AsyncConnection, workflow: WorkflowDefinition) -> int:
-        key = (workflow.name, workflow.spec_hash)
-        version = self._versions.get(key)
+        """The spec's stored version, storing it (and its children's) in ``conn``'s
+        transaction if this client has not seen it commit. Not remembered here: a
+        concurrent start that took the remembered version's one-statement path before
+        this transaction commits would insert a run whose definition row is not yet
+        visible; callers call ``_remember`` once their transaction has committed."""
+        version = self._versions.get((workflow.name, workflow.spec_hash))
         if version is None:
             for child in App(workflow.children.values()).workflows.values():
                 await store_version(conn, child, deploy=False)
             version = await store_version(conn, workflow, deploy=False)
-            self._versions[key] = version
         return version
+
+    def _remember(self, workflow: WorkflowDefinition, version: int) -> None:
+        self._versions[(workflow.name, workflow.spec_hash)] = version
 
     # -- starting -----------------------------------------------------------------------------
 
@@ -353,6 +359,8 @@ class Client:
                 if existing is not None:
                     return RunHandle(self, existing, _typed(workflow))
             await self._start(conn, [replace(new, workflow_version=version)])
+        if own is not None and connection is None:
+            self._remember(own, version)
         return RunHandle(self, new_id, _typed(workflow))
 
     async def start_many(
@@ -394,6 +402,8 @@ class Client:
                     for run_id, payload in zip(ids, payloads, strict=True)
                 ],
             )
+        if connection is None:
+            self._remember(workflow, version)
         return [RunHandle(self, run_id, workflow) for run_id in ids]
 
     async def _stored_version(self, workflow: WorkflowDefinition) -> int:
@@ -401,7 +411,9 @@ class Client:
         written in the caller's transaction would be remembered by this client even if
         the caller rolled it back. Storing a version is idempotent and harmless."""
         async with self.engine.begin() as conn:
-            return await self._version_of(conn, workflow)
+            version = await self._version_of(conn, workflow)
+        self._remember(workflow, version)
+        return version
 
     @contextlib.asynccontextmanager
     async def _on(
