@@ -9,7 +9,6 @@ nothing and changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -109,7 +108,7 @@ class TimerLoop(Loop):
                 if real_due is None:
                     due.remove(timer)
                 elif real_due != timer.due_at:
-                    due[due.index(timer)] = replace(timer, due_at=real_due)
+                    due[due.index(timer)] = timer._replace(due_at=real_due)
             early = [t for t in due if t.due_at > now]
             await timers.arm(conn, early, now)
             fired = [t for t in due if t.due_at <= now]
