@@ -183,7 +183,7 @@ async def lock_many(
 async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
     """Read a run (Client.get_run, Client.result, signal/cancel checks). Primary key."""
     row = (await conn.execute(_select().where(Runs.id == run_id))).first()
-    return None if row is None else _row(row._t)
+    return None if row is None else _row(row)
 
 
 class Finish(NamedTuple):
@@ -260,4 +260,4 @@ async def list_runs(
     statement = _select().order_by(Runs.id.desc()).limit(limit)
     if conditions:
         statement = statement.where(and_(*conditions))
-    return [_row(row._t) for row in await conn.execute(statement)]
+    return [_row(row) for row in await conn.execute(statement)]

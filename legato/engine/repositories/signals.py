@@ -105,7 +105,7 @@ async def pending_many(
     )
     grouped: dict[uuid.UUID, list[PendingSignal]] = {run_id: [] for run_id in run_ids}
     for row in result:
-        grouped[row[0]].append(PendingSignal(*row._t[1:]))
+        grouped[row[0]].append(PendingSignal(*row[1:]))
     return grouped
 
 

@@ -55,7 +55,7 @@ async def load_many(
     result = await conn.execute(_load_statement(), {"run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
     for row in result:
-        grouped[row[0]].append(TaskRow(*row._t[1:]))
+        grouped[row[0]].append(TaskRow(*row[1:]))
     return grouped
 
 

@@ -94,4 +94,4 @@ async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
     key ``(fire_at, id)`` (pruned to today's and earlier partitions). Built once.
     """
     result = await conn.execute(_take_due_statement(), {"limit": limit})
-    return [DueTimer(*row._t) for row in result]
+    return [DueTimer(*row) for row in result]
