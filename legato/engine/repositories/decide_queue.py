@@ -97,7 +97,7 @@ async def take(
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None), params)
-    return dict(sorted(result.tuples()))
+    return dict(sorted(result.all()))
 
 
 @cache

@@ -176,8 +176,8 @@ class Unnest(Generic[R]):
         return update(self.table.table).where(*where).values(values)
 
     def bind(self, rows: Sequence[R]) -> dict[str, Any]:
-        """The array parameters of a batch of rows (nothing for an empty batch: callers
-        skip the statement)."""
+        """The array parameters of a non-empty batch of rows (callers skip the statement
+        for an empty one)."""
         tuples = rows if self._as_tuple is None else map(self._as_tuple, rows)
         fields = list(zip(*tuples, strict=True))
         return {

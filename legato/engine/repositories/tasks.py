@@ -190,7 +190,7 @@ async def transition_many(
                 "sources": sorted(sources),
             },
         )
-        applied.update(result.tuples().all())
+        applied.update(result.all())
     return applied
 
 
