@@ -45,7 +45,6 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from bench.harness import Server
 from legato.db import create_engine
-from legato.engine.decider.model import EnqueueTask
 from legato.engine.repositories import notify, task_queue
 from legato.schema import TaskQueue
 
@@ -98,16 +97,17 @@ async def prefill(engine: AsyncEngine, rows: int) -> None:
     """A backlog of leased rows, as a busy queue has: the claim's plan changes with it."""
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        await task_queue.enqueue(conn, [(uuid.uuid4(), _new_item(now)) for _ in range(rows)])
+        await task_queue.enqueue(conn, [_new_item(now) for _ in range(rows)])
         await task_queue.claim(conn, QUEUES, TASK_NAMES, "prefill", rows, LEASE)
 
 
-def _new_item(now: datetime) -> EnqueueTask:
-    return EnqueueTask(
-        task_id=uuid.uuid4(),
-        task_name=random.choice(TASK_NAMES),
+def _new_item(now: datetime) -> task_queue.NewQueueRow:
+    return task_queue.NewQueueRow(
         queue=random.choice(QUEUES),
+        task_id=uuid.uuid4(),
+        run_id=uuid.uuid4(),
         attempt=1,
+        task_name=random.choice(TASK_NAMES),
         priority=random.randint(-1, 1),
         available_at=now - timedelta(seconds=random.random()),
     )
@@ -123,7 +123,7 @@ async def churner(engine: AsyncEngine, deadline: float) -> int:
         now = datetime.now(UTC)
         try:
             async with engine.begin() as conn:
-                await task_queue.enqueue(conn, [(uuid.uuid4(), _new_item(now)) for _ in range(n)])
+                await task_queue.enqueue(conn, [_new_item(now) for _ in range(n)])
             for statement in (
                 delete(TaskQueue.table).where(_random_leased(n)),
                 update(TaskQueue.table)

@@ -30,10 +30,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.db import as_unavailable, check_database
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
+from legato.engine.lease_sweeper import LeaseSweeper
 from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
 from legato.engine.scheduling import ScheduleLoop
-from legato.engine.timer_loop import LeaseSweeper, TimerLoop
+from legato.engine.timer_loop import TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App

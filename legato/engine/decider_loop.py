@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -25,6 +25,7 @@ from legato.engine.decider.model import (
     Action,
     AppendEvent,
     ArmTimer,
+    BufferedSignal,
     CancelChildRun,
     ConsumeSignal,
     CreateTask,
@@ -35,6 +36,7 @@ from legato.engine.decider.model import (
     RunSnapshot,
     StartChildRun,
     TaskError,
+    TaskRecord,
 )
 from legato.engine.loops import Loop, Wakeups, one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
@@ -74,21 +76,45 @@ class SpecCache:
         return spec
 
 
+def timer_row(run_id: uuid.UUID, action: ArmTimer) -> timers.DueTimer:
+    """The ``timers`` row an ``ArmTimer`` stores: due at its fire time (``timers.arm``
+    caps the stored fire time at the partitions' horizon)."""
+    return timers.DueTimer(
+        action.fire_at,
+        action.timer_id,
+        run_id,
+        action.task_id,
+        action.attempt,
+        action.kind,
+        action.fire_at,
+    )
+
+
+_FINISHED_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED}
+)
+
+
 @dataclass
 class Batch:
-    """The writes of a batch of decisions, gathered so each table gets one statement."""
+    """The writes of a batch of decisions, gathered so each table gets one statement.
+
+    The one place the decider's actions become the repositories' rows: ``add`` maps
+    each action to the row it writes as it gathers it; ``write`` only settles what
+    needs the whole batch (which rows this decision records as observed).
+    """
 
     now: datetime
     queue_of: dict[uuid.UUID, str | None] = field(default_factory=dict)
-    creates: list[tuple[uuid.UUID, CreateTask]] = field(default_factory=list)
-    enqueues: list[tuple[uuid.UUID, EnqueueTask]] = field(default_factory=list)
-    timers: list[tuple[uuid.UUID, ArmTimer]] = field(default_factory=list)
-    consumed: list[tuple[uuid.UUID, ConsumeSignal]] = field(default_factory=list)
+    creates: list[tasks.NewTask] = field(default_factory=list)
+    enqueues: list[task_queue.NewQueueRow] = field(default_factory=list)
+    timers: list[timers.DueTimer] = field(default_factory=list)
+    consumed: list[signals.Consumption] = field(default_factory=list)
     resolves: list[tasks.Transition] = field(default_factory=list)
     observed: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
     children: list[tuple[uuid.UUID, StartChildRun]] = field(default_factory=list)
     cancel_children: list[uuid.UUID] = field(default_factory=list)
-    events: list[tuple[uuid.UUID, int, AppendEvent]] = field(default_factory=list)
+    events: list[run_events.NewEvent] = field(default_factory=list)
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
     facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
 
@@ -97,18 +123,50 @@ class Batch:
         return any(move.state is TaskState.CANCELLED for move in self.resolves)
 
     def add(self, run: runs.RunRow, last_seq: int, actions: Sequence[Action]) -> None:
-        """Gather one run's actions, in the decider's order."""
+        """Gather one run's actions, in the decider's order, as rows."""
         seq = last_seq
         for action in actions:
             match action:
                 case CreateTask():
-                    self.creates.append((run.id, action))
+                    self.creates.append(
+                        tasks.NewTask(
+                            run.id,
+                            action.task_id,
+                            action.node_id,
+                            action.iteration,
+                            action.attempt,
+                            action.kind,
+                            action.state,
+                            action.task_name,
+                            action.queue,
+                            action.input,
+                            action.output,
+                            action.error,
+                            action.event_name,
+                            self.now,
+                            action.available_at,
+                            self.now if action.state in _FINISHED_STATES else None,
+                            False,  # settled by write(), once the batch's observations are in
+                        )
+                    )
                 case EnqueueTask():
-                    self.enqueues.append((run.id, action))
+                    self.enqueues.append(
+                        task_queue.NewQueueRow(
+                            action.queue,
+                            action.task_id,
+                            run.id,
+                            action.attempt,
+                            action.task_name,
+                            action.priority,
+                            action.available_at,
+                        )
+                    )
                 case ArmTimer():
-                    self.timers.append((run.id, action))
+                    self.timers.append(timer_row(run.id, action))
                 case ConsumeSignal():
-                    self.consumed.append((run.id, action))
+                    self.consumed.append(
+                        signals.Consumption(run.id, action.signal_id, action.task_id)
+                    )
                 case ResolveTask():
                     self.resolves.append(
                         tasks.Transition(
@@ -128,7 +186,17 @@ class Batch:
                     self.cancel_children.append(action.run_id)
                 case AppendEvent():
                     seq += 1
-                    self.events.append((run.id, seq, action))
+                    self.events.append(
+                        run_events.NewEvent(
+                            run.id,
+                            seq,
+                            action.type,
+                            action.node_id,
+                            action.iteration,
+                            action.attempt,
+                            action.data,
+                        )
+                    )
                 case FinishRun():
                     self.finishes.append((run, action))
 
@@ -137,13 +205,14 @@ class Batch:
         # Rows this decision creates or resolves carry their observed flag in that same
         # write; only rows finished by others (workers, timers) need the extra UPDATE.
         observed = {task_id for _, task_id in self.observed}
-        created = {create.task_id for _, create in self.creates}
+        created = {row.id for row in self.creates}
         resolved = {move.task_id for move in self.resolves}
-        await tasks.insert_many(conn, self.creates, self.now, observed & created)
-        await task_queue.enqueue(conn, self.enqueues)
-        await timers.arm(
-            conn, [timers.DueTimer.armed(run_id, t) for run_id, t in self.timers], self.now
+        await tasks.insert_many(
+            conn,
+            [row._replace(observed=True) if row.id in observed else row for row in self.creates],
         )
+        await task_queue.enqueue(conn, self.enqueues)
+        await timers.arm(conn, self.timers, self.now)
         await signals.consume(conn, self.consumed)
         if self.resolves:
             # Queue rows before task rows: the order a worker's claim takes them in.
@@ -156,7 +225,11 @@ class Batch:
                 ],
             )
             applied = await tasks.transition_many(
-                conn, [replace(move, observed=move.task_id in observed) for move in self.resolves]
+                conn,
+                [
+                    move._replace(observed=True) if move.task_id in observed else move
+                    for move in self.resolves
+                ],
             )
             stale = [m.task_id for m in self.resolves if m.task_id not in applied]
             if stale:
@@ -201,14 +274,36 @@ async def decide_runs(
             input=run.input,
             cancel_requested=run.cancel_requested,
             timed_out=run.timed_out,
-            tasks=tuple(row.record() for row in all_tasks[run.id]),
-            signals=tuple(all_signals[run.id]),
+            tasks=tuple(map(_record, all_tasks[run.id])),
+            signals=tuple(map(_buffered, all_signals[run.id])),
         )
         actions = decide(spec, snapshot, now)
         batch.add(run, last_seq, actions)
         batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
     await batch.write(conn)
     return batch
+
+
+def _record(row: tasks.TaskRow) -> TaskRecord:
+    return TaskRecord(
+        task_id=row.task_id,
+        node_id=row.node_id,
+        iteration=row.iteration,
+        attempt=row.attempt,
+        kind=row.kind,
+        state=row.state,
+        output=row.output,
+        error=row.error,
+        observed=row.observed,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _buffered(row: signals.PendingSignal) -> BufferedSignal:
+    return BufferedSignal(
+        signal_id=row.signal_id, name=row.name, payload=row.payload, created_at=row.created_at
+    )
 
 
 async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: StartChildRun) -> None:

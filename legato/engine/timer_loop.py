@@ -1,15 +1,15 @@
-"""The timer loop (sleeps, event timeouts, task and run timeouts) and the lease sweeper.
+"""The timer loop: sleeps, event timeouts, task and run timeouts.
 
-Both turn an observed fact into a fenced transition of a task row plus a decide
-request, through ``legato.engine.reports`` — the same path as a worker's report.
-A timer re-checks the state it guards (the fence): a timeout armed for an attempt
-that has since finished matches nothing and changes nothing.
+A due timer becomes a fenced transition of a task row plus a decide request,
+through ``legato.engine.reports`` — the same path as a worker's report (and the
+lease sweeper's, ``legato.engine.lease_sweeper``). A timer re-checks the state it
+guards (the fence): a timeout armed for an attempt that has since finished matches
+nothing and changes nothing.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from legato.engine.decider.model import TaskError
 from legato.engine.loops import Loop, Wakeups
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import decide_queue, run_timeouts, task_queue, tasks, timers
+from legato.engine.repositories import decide_queue, run_timeouts, tasks, timers
 from legato.schema import TaskState, TimerKind
 
 # What each timer does when it fires: the states it may move the task from, and to.
@@ -117,7 +117,7 @@ class TimerLoop(Loop):
                 if real_due is None:
                     due.remove(timer)
                 elif real_due != timer.due_at:
-                    due[due.index(timer)] = replace(timer, due_at=real_due)
+                    due[due.index(timer)] = timer._replace(due_at=real_due)
             early = [t for t in due if t.due_at > now]
             await timers.arm(conn, early, now)
             fired = [t for t in due if t.due_at <= now]
@@ -130,47 +130,3 @@ class TimerLoop(Loop):
             await apply_reports(conn, reports, "timer fired")
         self.fired += len(fired)
         return len(due) >= self.batch_size
-
-
-class LeaseSweeper(Loop):
-    """Hands attempts whose worker vanished (lease expired) back to the decider as
-    timed out."""
-
-    name = "lease-sweeper"
-
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        batch_size: int = 100,
-        poll_interval: float = 1.0,
-    ) -> None:
-        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
-        self.engine = engine
-        self.batch_size = batch_size
-        self.swept = 0
-
-    async def tick(self) -> bool:
-        async with self.engine.begin() as conn:
-            expired = await task_queue.expired(conn, self.batch_size)
-            reports = [
-                Report(
-                    tasks.Transition(
-                        run_id=item.run_id,
-                        task_id=item.task_id,
-                        attempt=item.attempt,
-                        state=TaskState.TIMED_OUT,
-                        error=TaskError(
-                            type="LeaseExpired",
-                            message="the worker running this attempt stopped heartbeating "
-                            "(crashed, or exceeded the heartbeat timeout)",
-                        ),
-                        from_states=(TaskState.RUNNING, TaskState.QUEUED),
-                    ),
-                    queue_key=(item.queue, item.task_id),
-                )
-                for item in expired
-            ]
-            await apply_reports(conn, reports, "lease expired")
-        self.swept += len(expired)
-        return len(expired) >= self.batch_size

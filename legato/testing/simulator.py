@@ -25,7 +25,7 @@ from pydantic import JsonValue
 
 from legato.context import TaskContext
 from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
-from legato.engine.repositories.timers import DueTimer
+from legato.engine.decider_loop import timer_row
 from legato.engine.timer_loop import report_for
 from legato.engine.worker import error_of
 from legato.errors import InvalidInput, LegatoError, RunFailed
@@ -286,7 +286,7 @@ class Simulator(Generic[In, Out]):
                 self._sim.run_timed_out()
                 fired = True
                 continue
-            move = report_for(DueTimer.armed(self.run_id, arm)).move
+            move = report_for(timer_row(self.run_id, arm)).move
             row = self._row(arm.task_id)
             if row.attempt == move.attempt and row.state in move.from_states:
                 self._finish(row, move.state, error=move.error)

@@ -33,7 +33,7 @@ def pause_decisions(marker: Path) -> None:
 
     async def write_then_hang(self: decider_loop.Batch, conn: AsyncConnection) -> None:
         await original(self, conn)
-        runs = sorted({str(run_id) for run_id, _ in self.creates})
+        runs = sorted({str(row.run_id) for row in self.creates})
         await asyncio.to_thread(marker.write_text, ",".join(runs))
         await asyncio.sleep(3600)
 

@@ -29,7 +29,6 @@ import pytest_asyncio
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.decider.model import EnqueueTask
 from legato.engine.repositories import decide_queue, runs, task_queue, timers
 from legato.schema import (
     NodeKind,
@@ -177,17 +176,8 @@ async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
         await task_queue.enqueue(
             conn,
             [
-                (
-                    run_id,
-                    EnqueueTask(
-                        task_id=task_id,
-                        task_name="work",
-                        queue="default",
-                        attempt=1,
-                        priority=1 - n,  # the first row is claimed first
-                        available_at=now,
-                    ),
-                )
+                # The first row is claimed first (priority 1 - n).
+                task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 1 - n, now)
                 for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
             ],
         )

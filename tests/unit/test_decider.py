@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import pytest
 from pydantic import BaseModel, JsonValue
 
 from legato.context import TaskContext
 from legato.engine.decider import UnknownNodeError, decide
+from legato.engine.decider.decide import HANDLERS
 from legato.engine.decider.model import (
     Action,
     AppendEvent,
@@ -26,6 +27,7 @@ from legato.engine.decider.model import (
     TaskRecord,
 )
 from legato.flow import Flow, Node, Retry, task, workflow
+from legato.flow.spec import NodeSpec
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 
 from ._flows import branchy, fanout, parent, signup
@@ -377,3 +379,11 @@ def test_terminal_rows_are_recorded_once() -> None:
     first = sim.step()
     assert [e.type for e in _of(first, AppendEvent)] == ["task_completed"]
     assert sim.row("create_user").observed
+
+
+def test_every_node_kind_has_a_handler() -> None:
+    # Adding a node spec without its decider handler must fail here, not in a run.
+    (union, *_) = get_args(NodeSpec)
+    spec_kinds = {cls.model_fields["kind"].default for cls in get_args(union)}
+    assert spec_kinds == set(HANDLERS)
+    assert all(isinstance(h.row_kind, NodeKind) for h in HANDLERS.values())

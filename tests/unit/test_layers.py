@@ -26,6 +26,7 @@ LOOPS = (
     "legato.engine.loops",
     "legato.engine.decider_loop",
     "legato.engine.timer_loop",
+    "legato.engine.lease_sweeper",
     "legato.engine.worker",
     "legato.engine.maintenance",
     "legato.runtime",

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
@@ -54,16 +55,6 @@ from legato.flow.spec import (
 )
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 
-NODE_KINDS: Mapping[str, NodeKind] = {
-    "task": NodeKind.TASK,
-    "sleep": NodeKind.SLEEP,
-    "event": NodeKind.EVENT,
-    "switch": NodeKind.SWITCH,
-    "first_of": NodeKind.JOIN,
-    "map": NodeKind.MAP,
-    "child": NodeKind.CHILD,
-}
-
 
 class DeciderError(Exception):
     """The snapshot does not fit the spec (a bug or a corrupted run), never user data."""
@@ -79,6 +70,10 @@ class Status(enum.Enum):
     DONE = "done"
     SKIPPED = "skipped"
     FAILED = "failed"
+
+
+# A node's status in this decision, with its output when DONE.
+Outcome = tuple[Status, JsonValue]
 
 
 @dataclass(frozen=True)
@@ -124,9 +119,7 @@ class _Decision:
         self.actions: list[Action] = []
         self.observed: list[uuid.UUID] = []
         self.signals: list[BufferedSignal] = list(snapshot.signals)
-        self.status: dict[str, tuple[Status, JsonValue]] = {
-            INPUT_NODE_ID: (Status.DONE, snapshot.input)
-        }
+        self.status: dict[str, Outcome] = {INPUT_NODE_ID: (Status.DONE, snapshot.input)}
         # Latest attempt per (node, iteration).
         self.rows: dict[tuple[str, int], _Row] = {}
         known = set(self.index)
@@ -358,8 +351,9 @@ class _Decision:
         live.sort(key=lambda r: (self.index.get(r.node_id, len(self.index)), r.iteration))
         for row in live:
             self._resolve(row, TaskState.CANCELLED)
-            if row.kind is NodeKind.CHILD:
-                self._emit(CancelChildRun(run_id=row.task_id))
+            if row.node_id != HANDLER_NODE_ID:
+                handler, _ = self._handler(row.node_id)
+                handler.cancelled(self, row)
             self._event("task_cancelled", row)
 
     # -- run timeout ---------------------------------------------------------------
@@ -405,21 +399,17 @@ class _Decision:
             return False
         return row.attempt < self.spec.tasks[task_name].retry.attempts
 
-    def _task_name(self, node_id: str) -> str | None:
-        if node_id == HANDLER_NODE_ID:
-            return self.spec.on_failure
+    def _handler(self, node_id: str) -> tuple[NodeHandler[Any], NodeSpec]:
         node = self.spec.nodes[self.index[node_id]]
-        return node.task if isinstance(node, TaskNodeSpec | MapNodeSpec) else None
+        return HANDLERS[node.kind], node
 
     def _is_failure(self, row: _Row) -> bool:
         if row.state is TaskState.CANCELLED:
             return True
         if row.state not in _FAILED_STATES:
             return False
-        node = self.spec.nodes[self.index[row.node_id]]
-        if isinstance(node, EventNodeSpec) and row.state is TaskState.TIMED_OUT:
-            return not node.has_default
-        return not self._can_retry(row, self._task_name(row.node_id))
+        handler, node = self._handler(row.node_id)
+        return handler.failed_for_good(self, node, row)
 
     def _find_failure(self) -> _Failure | None:
         """The first failed-for-good node in spec order; a real failure beats a cancellation."""
@@ -498,113 +488,16 @@ class _Decision:
             return Status.DONE
         return Status.PENDING
 
-    def _skip(self, node: NodeSpec) -> tuple[Status, JsonValue]:
-        row = self._create(node.id, 0, 1, NODE_KINDS[node.kind], TaskState.SKIPPED)
+    def _skip(self, node: NodeSpec) -> Outcome:
+        row = self._create(node.id, 0, 1, HANDLERS[node.kind].row_kind, TaskState.SKIPPED)
         self._event("node_skipped", row)
         return (Status.SKIPPED, None)
 
-    def _evaluate(self, node: NodeSpec) -> tuple[Status, JsonValue]:
+    def _evaluate(self, node: NodeSpec) -> Outcome:
         row = self.rows.get((node.id, 0))
         if row is not None and row.state is TaskState.SKIPPED:
             return (Status.SKIPPED, None)
-        if isinstance(node, FirstOfNodeSpec):
-            return self._first_of(node, row)
-        if isinstance(node, MapNodeSpec):
-            return self._map(node)
-        if row is None:
-            gate = self._gate(node)
-            if gate is Status.SKIPPED:
-                return self._skip(node)
-            if gate is Status.PENDING:
-                return (Status.PENDING, None)
-            return self._start(node)
-        return self._progress(node, row)
-
-    def _start(self, node: NodeSpec) -> tuple[Status, JsonValue]:
-        kind = NODE_KINDS[node.kind]
-        if isinstance(node, TaskNodeSpec):
-            args: JsonValue = [self._output(i) for i in node.inputs]
-            self._start_attempt(node.id, 0, 1, kind, node.task, args, self.now)
-            return (Status.LIVE, None)
-        if isinstance(node, SleepNodeSpec):
-            row = self._create(node.id, 0, 1, kind, TaskState.WAITING)
-            self._timer(row, TimerKind.SLEEP, self.now + timedelta(seconds=node.seconds))
-            self._event("sleep_started", row, data={"seconds": node.seconds})
-            return (Status.LIVE, None)
-        if isinstance(node, EventNodeSpec):
-            signal = self._take_signal(node.event)
-            if signal is not None:
-                row = self._create(
-                    node.id,
-                    0,
-                    1,
-                    kind,
-                    TaskState.COMPLETED,
-                    event_name=node.event,
-                    output=signal.payload,
-                )
-                self._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
-                self._event(
-                    "event_received",
-                    row,
-                    data={"event": node.event, "signal_id": str(signal.signal_id)},
-                )
-                return (Status.DONE, signal.payload)
-            row = self._create(node.id, 0, 1, kind, TaskState.WAITING, event_name=node.event)
-            if node.timeout is not None:
-                self._timer(
-                    row, TimerKind.EVENT_TIMEOUT, self.now + timedelta(seconds=node.timeout)
-                )
-            self._event("event_wait_started", row, data={"event": node.event})
-            return (Status.LIVE, None)
-        if isinstance(node, SwitchNodeSpec):
-            value = self._output(node.inputs[0])
-            if node.field is not None:
-                value = value.get(node.field) if isinstance(value, dict) else None
-            label: str | None = next(
-                (c.label for c in node.cases if _json_equal(value, c.value)),
-                DEFAULT_CASE if node.has_default else None,
-            )
-            row = self._create(node.id, 0, 1, kind, TaskState.COMPLETED, output=label)
-            self._event("switch_decided", row, data={"value": value, "case": label})
-            return (Status.DONE, label)
-        if isinstance(node, ChildNodeSpec):
-            child_input = self._output(node.inputs[0])
-            row = self._create(node.id, 0, 1, kind, TaskState.WAITING, input=child_input)
-            self._emit(
-                StartChildRun(task_id=row.task_id, workflow_name=node.workflow, input=child_input)
-            )
-            self._event(
-                "child_started", row, data={"workflow": node.workflow, "run_id": str(row.task_id)}
-            )
-            return (Status.LIVE, None)
-        raise DeciderError(f"cannot start node {node.id!r} of kind {node.kind!r}")
-
-    def _progress(self, node: NodeSpec, row: _Row) -> tuple[Status, JsonValue]:
-        if row.state is TaskState.COMPLETED:
-            return (Status.DONE, row.output)
-        if isinstance(node, EventNodeSpec):
-            if row.state is TaskState.WAITING:
-                signal = self._take_signal(node.event)
-                if signal is None:
-                    return (Status.LIVE, None)
-                self._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
-                self._resolve(row, TaskState.COMPLETED, signal.payload)
-                self._event(
-                    "event_received",
-                    row,
-                    data={"event": node.event, "signal_id": str(signal.signal_id)},
-                )
-                return (Status.DONE, signal.payload)
-            if row.state is TaskState.TIMED_OUT and node.has_default:
-                return (Status.DONE, node.default)
-        if row.state.active:
-            return (Status.LIVE, None)
-        if isinstance(node, TaskNodeSpec) and self._can_retry(row, node.task):
-            args: JsonValue = [self._output(i) for i in node.inputs]
-            self._retry(row, node.task, args)
-            return (Status.LIVE, None)
-        return (Status.FAILED, None)
+        return HANDLERS[node.kind].evaluate(self, node, row)
 
     def _take_signal(self, event: str) -> BufferedSignal | None:
         for i, signal in enumerate(self.signals):
@@ -613,7 +506,170 @@ class _Decision:
                 return signal
         return None
 
-    def _first_of(self, node: FirstOfNodeSpec, row: _Row | None) -> tuple[Status, JsonValue]:
+
+# -- node kinds ----------------------------------------------------------------------
+
+N = TypeVar("N", bound=NodeSpec)
+
+
+class NodeHandler(Generic[N]):
+    """What one node kind does in a decision. ``HANDLERS`` maps each spec ``kind`` to
+    its handler; adding a kind is a handler plus its entry (see docs/architecture.md)."""
+
+    row_kind: NodeKind  # the kind of its tasks rows (and of its skip record)
+
+    def evaluate(self, d: _Decision, node: N, row: _Row | None) -> Outcome:
+        """The node's status this decision (``row``: its iteration-0 row, if any),
+        emitting whatever starts or advances it. By default: wait for the node's gate,
+        then ``start`` it once, then ``progress`` its row."""
+        if row is None:
+            gate = d._gate(node)
+            if gate is Status.SKIPPED:
+                return d._skip(node)
+            if gate is Status.PENDING:
+                return (Status.PENDING, None)
+            return self.start(d, node)
+        return self.progress(d, node, row)
+
+    def start(self, d: _Decision, node: N) -> Outcome:
+        """Start the node once its gate opens (its first row, timers, events); a kind
+        that overrides ``evaluate`` need not."""
+        raise DeciderError(f"cannot start node {node.id!r} of kind {node.kind!r}")
+
+    def progress(self, d: _Decision, node: N, row: _Row) -> Outcome:
+        """A started node: done when its row completed, live while it is active, else
+        failed (``failed_for_good`` decides whether the run fails over it)."""
+        if row.state is TaskState.COMPLETED:
+            return (Status.DONE, row.output)
+        if row.state.active:
+            return (Status.LIVE, None)
+        return (Status.FAILED, None)
+
+    def task_name(self, node: N) -> str | None:
+        """The task its rows run, whose retry policy applies; None: never retried."""
+        return None
+
+    def failed_for_good(self, d: _Decision, node: N, row: _Row) -> bool:
+        """Whether a FAILED or TIMED_OUT row fails the run (no retry is left)."""
+        return not d._can_retry(row, self.task_name(node))
+
+    def cancelled(self, d: _Decision, row: _Row) -> None:
+        """Called when the decision cancels the node's live row (its row is resolved)."""
+
+
+class _Task(NodeHandler[TaskNodeSpec]):
+    row_kind = NodeKind.TASK
+
+    def task_name(self, node: TaskNodeSpec) -> str | None:
+        return node.task
+
+    def start(self, d: _Decision, node: TaskNodeSpec) -> Outcome:
+        args: JsonValue = [d._output(i) for i in node.inputs]
+        d._start_attempt(node.id, 0, 1, self.row_kind, node.task, args, d.now)
+        return (Status.LIVE, None)
+
+    def progress(self, d: _Decision, node: TaskNodeSpec, row: _Row) -> Outcome:
+        if d._can_retry(row, node.task):
+            d._retry(row, node.task, [d._output(i) for i in node.inputs])
+            return (Status.LIVE, None)
+        return super().progress(d, node, row)
+
+
+class _Sleep(NodeHandler[SleepNodeSpec]):
+    row_kind = NodeKind.SLEEP
+
+    def start(self, d: _Decision, node: SleepNodeSpec) -> Outcome:
+        row = d._create(node.id, 0, 1, self.row_kind, TaskState.WAITING)
+        d._timer(row, TimerKind.SLEEP, d.now + timedelta(seconds=node.seconds))
+        d._event("sleep_started", row, data={"seconds": node.seconds})
+        return (Status.LIVE, None)
+
+
+class _Event(NodeHandler[EventNodeSpec]):
+    row_kind = NodeKind.EVENT
+
+    def start(self, d: _Decision, node: EventNodeSpec) -> Outcome:
+        signal = d._take_signal(node.event)
+        if signal is not None:
+            row = d._create(
+                node.id,
+                0,
+                1,
+                self.row_kind,
+                TaskState.COMPLETED,
+                event_name=node.event,
+                output=signal.payload,
+            )
+            d._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
+            d._event(
+                "event_received",
+                row,
+                data={"event": node.event, "signal_id": str(signal.signal_id)},
+            )
+            return (Status.DONE, signal.payload)
+        row = d._create(node.id, 0, 1, self.row_kind, TaskState.WAITING, event_name=node.event)
+        if node.timeout is not None:
+            d._timer(row, TimerKind.EVENT_TIMEOUT, d.now + timedelta(seconds=node.timeout))
+        d._event("event_wait_started", row, data={"event": node.event})
+        return (Status.LIVE, None)
+
+    def progress(self, d: _Decision, node: EventNodeSpec, row: _Row) -> Outcome:
+        if row.state is TaskState.WAITING:
+            signal = d._take_signal(node.event)
+            if signal is None:
+                return (Status.LIVE, None)
+            d._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
+            d._resolve(row, TaskState.COMPLETED, signal.payload)
+            d._event(
+                "event_received",
+                row,
+                data={"event": node.event, "signal_id": str(signal.signal_id)},
+            )
+            return (Status.DONE, signal.payload)
+        if row.state is TaskState.TIMED_OUT and node.has_default:
+            return (Status.DONE, node.default)
+        return super().progress(d, node, row)
+
+    def failed_for_good(self, d: _Decision, node: EventNodeSpec, row: _Row) -> bool:
+        if row.state is TaskState.TIMED_OUT:
+            return not node.has_default
+        return super().failed_for_good(d, node, row)
+
+
+class _Switch(NodeHandler[SwitchNodeSpec]):
+    row_kind = NodeKind.SWITCH
+
+    def start(self, d: _Decision, node: SwitchNodeSpec) -> Outcome:
+        value = d._output(node.inputs[0])
+        if node.field is not None:
+            value = value.get(node.field) if isinstance(value, dict) else None
+        label: str | None = next(
+            (c.label for c in node.cases if _json_equal(value, c.value)),
+            DEFAULT_CASE if node.has_default else None,
+        )
+        row = d._create(node.id, 0, 1, self.row_kind, TaskState.COMPLETED, output=label)
+        d._event("switch_decided", row, data={"value": value, "case": label})
+        return (Status.DONE, label)
+
+
+class _Child(NodeHandler[ChildNodeSpec]):
+    row_kind = NodeKind.CHILD
+
+    def start(self, d: _Decision, node: ChildNodeSpec) -> Outcome:
+        child_input = d._output(node.inputs[0])
+        row = d._create(node.id, 0, 1, self.row_kind, TaskState.WAITING, input=child_input)
+        d._emit(StartChildRun(task_id=row.task_id, workflow_name=node.workflow, input=child_input))
+        d._event("child_started", row, data={"workflow": node.workflow, "run_id": str(row.task_id)})
+        return (Status.LIVE, None)
+
+    def cancelled(self, d: _Decision, row: _Row) -> None:
+        d._emit(CancelChildRun(run_id=row.task_id))
+
+
+class _FirstOf(NodeHandler[FirstOfNodeSpec]):
+    row_kind = NodeKind.JOIN
+
+    def evaluate(self, d: _Decision, node: FirstOfNodeSpec, row: _Row | None) -> Outcome:
         if row is not None:
             return (
                 (Status.DONE, row.output)
@@ -621,45 +677,50 @@ class _Decision:
                 else (Status.FAILED, None)
             )
         if node.guard is not None:
-            gate = self._gate(node.model_copy(update={"inputs": ()}))
+            gate = d._gate(node.model_copy(update={"inputs": ()}))
             if gate is Status.SKIPPED:
-                return self._skip(node)
+                return d._skip(node)
             if gate is Status.PENDING:
                 return (Status.PENDING, None)
         for dep in node.after:
-            if self.status[dep][0] is not Status.DONE:
+            if d.status[dep][0] is not Status.DONE:
                 return (
-                    self._skip(node)
-                    if self.status[dep][0] is Status.SKIPPED
-                    else (Status.PENDING, None)
+                    d._skip(node) if d.status[dep][0] is Status.SKIPPED else (Status.PENDING, None)
                 )
-        states = [self.status[i] for i in node.inputs]
+        states = [d.status[i] for i in node.inputs]
         for i, (state, output) in zip(node.inputs, states, strict=True):
             if state is Status.DONE:
-                new = self._create(node.id, 0, 1, NodeKind.JOIN, TaskState.COMPLETED, output=output)
-                self._event("first_of_chosen", new, data={"input": i})
+                new = d._create(node.id, 0, 1, self.row_kind, TaskState.COMPLETED, output=output)
+                d._event("first_of_chosen", new, data={"input": i})
                 return (Status.DONE, output)
         if all(s is Status.SKIPPED for s, _ in states):
-            return self._skip(node)
+            return d._skip(node)
         return (Status.PENDING, None)
 
-    def _map(self, node: MapNodeSpec) -> tuple[Status, JsonValue]:
-        rows = {it: r for (nid, it), r in self.rows.items() if nid == node.id}
+
+class _Map(NodeHandler[MapNodeSpec]):
+    row_kind = NodeKind.MAP
+
+    def task_name(self, node: MapNodeSpec) -> str | None:
+        return node.task
+
+    def evaluate(self, d: _Decision, node: MapNodeSpec, row: _Row | None) -> Outcome:
+        rows = {it: r for (nid, it), r in d.rows.items() if nid == node.id}
         if not rows:
-            gate = self._gate(node)
+            gate = d._gate(node)
             if gate is Status.SKIPPED:
-                return self._skip(node)
+                return d._skip(node)
             if gate is Status.PENDING:
                 return (Status.PENDING, None)
-        items = self._output(node.inputs[0])
+        items = d._output(node.inputs[0])
         if not isinstance(items, list):
             error = TaskError(
                 type="MapInputError",
                 message=f"map node {node.id!r} needs a list input, got {type(items).__name__}",
                 retryable=False,
             )
-            bad = self._create(node.id, 0, 1, NodeKind.MAP, TaskState.FAILED, error=error)
-            self._event("task_failed", bad, data={"error": error.model_dump(mode="json")})
+            bad = d._create(node.id, 0, 1, self.row_kind, TaskState.FAILED, error=error)
+            d._event("task_failed", bad, data={"error": error.model_dump(mode="json")})
             return (Status.FAILED, None)
         limit = node.max_concurrency or len(items)
         live = 0
@@ -674,8 +735,8 @@ class _Decision:
                 outputs.append(element.output)
             elif element.state.active:
                 live += 1
-            elif self._can_retry(element, node.task):
-                self._retry(element, node.task, [item])
+            elif d._can_retry(element, node.task):
+                d._retry(element, node.task, [item])
                 live += 1
             else:
                 failed = True
@@ -684,8 +745,20 @@ class _Decision:
         for i in to_start:
             if live >= limit:
                 break
-            self._start_attempt(node.id, i, 1, NodeKind.MAP, node.task, [items[i]], self.now)
+            d._start_attempt(node.id, i, 1, self.row_kind, node.task, [items[i]], d.now)
             live += 1
         if len(outputs) == len(items):
             return (Status.DONE, outputs)
         return (Status.LIVE, None)
+
+
+HANDLERS: Mapping[str, NodeHandler[Any]] = {
+    "task": _Task(),
+    "sleep": _Sleep(),
+    "event": _Event(),
+    "switch": _Switch(),
+    "first_of": _FirstOf(),
+    "map": _Map(),
+    "child": _Child(),
+}
+"""Each spec node ``kind`` to its handler: the decider's dispatch table."""

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
 
 from sqlalchemy import (
     DateTime,
@@ -26,8 +25,9 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import in_array, uuid_array
@@ -58,7 +58,7 @@ async def enqueue(
 
 
 @cache
-def _enqueue_statement() -> Any:
+def _enqueue_statement() -> Insert:
     rows = select(
         func.unnest(uuid_array("run_ids")).label("run_id"),
         bindparam("reason", type_=Text()).label("reason"),
@@ -97,11 +97,11 @@ async def take(
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None), params)
-    return dict(sorted((run_id, failures) for run_id, failures in result.all()))
+    return dict(sorted(result.all()))
 
 
 @cache
-def _take_statement(chosen: bool) -> Any:
+def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
     due = select(DecideQueue.run_id).where(
         DecideQueue.available_at <= func.now(), DecideQueue.quarantined_at.is_(None)
     )

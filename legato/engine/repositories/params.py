@@ -8,30 +8,49 @@ statements (every new size is parsed and planned again). ``= ANY(:array)`` and
 The hottest statements are also built once (``functools.cache``) with parameters
 bound by name at execution, so neither the Core construct nor its cache key is
 rebuilt per call.
+
+``Unnest`` builds those batched statements from a row type: each field of a
+``NamedTuple`` (or dataclass) is one array parameter, typed by the table column it fills, so a
+table's columns are spelt once (the row type's fields) rather than in the
+parameters, the ``unnest`` aliases, the insert's column list and its select.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from operator import attrgetter
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
     BindParameter,
     Boolean,
+    Column,
     DateTime,
+    Insert,
     Integer,
     Text,
+    Update,
     Uuid,
     any_,
     bindparam,
+    cast,
     column,
     func,
+    insert,
+    select,
+    update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
+
+from legato.schema.tables import TableColumns
+from legato.schema.types import PydanticJSONB, TextEnum
+
+R = TypeVar("R")
 
 
 def uuid_array(name: str, values: Iterable[uuid.UUID | None] | None = None) -> BindParameter[Any]:
@@ -82,3 +101,96 @@ def _element_type(array: BindParameter[Any]) -> TypeEngine[Any]:
 def in_array(column: ColumnElement[Any], array: BindParameter[Any]) -> ColumnElement[bool]:
     """``column = ANY(:array)``."""
     return column == any_(array)
+
+
+class Unnest(Generic[R]):
+    """A batch of ``row_type`` rows as ``unnest(:alias_f1, :alias_f2, ...) AS alias(f1,
+    f2, ...)``: one array parameter per field (or per name in ``fields``), typed by the
+    column of ``table`` it fills — the column of the same name, or the one ``columns``
+    maps it to. A JSONB column travels as ``text[]`` (a JSON list inside an array
+    parameter would be taken for a dimension) through the column type's own funnel,
+    ``PydanticJSONB.dump_text``, and is cast back in SQL; an enum travels as text.
+
+    The decider's rows are ``NamedTuple``s, so ``bind`` transposes a batch with
+    ``zip(*rows)`` in C: no per-field Python loop over the rows on the hot path. A
+    dataclass row (``runs.NewRun``, which callers ``replace``) is read through one
+    ``attrgetter`` first.
+    """
+
+    def __init__(
+        self,
+        alias: str,
+        row_type: type[R],
+        table: TableColumns,
+        *,
+        fields: Sequence[str] | None = None,
+        columns: Mapping[str, Column[Any]] | None = None,
+    ) -> None:
+        if dataclasses.is_dataclass(row_type):
+            every = tuple(field.name for field in dataclasses.fields(row_type))
+            self._as_tuple: Callable[[Any], tuple[Any, ...]] | None = attrgetter(*every)
+        else:
+            every = row_type._fields  # type: ignore[attr-defined]  # a NamedTuple
+            self._as_tuple = None
+        names = every if fields is None else tuple(fields)
+        named = columns or {}
+        targets = {name: named[name] if name in named else table.table.c[name] for name in names}
+        self.table = table
+        self.targets: Mapping[str, Column[Any]] = targets
+        self._params = {name: f"{alias}_{name}" for name in names}
+        # (parameter name, the field's index in the row, the JSON funnel or None)
+        self._binds: tuple[tuple[str, int, Callable[[Any], str | None] | None], ...] = tuple(
+            (self._params[name], every.index(name), _funnel(targets[name])) for name in names
+        )
+        self.alias: TableValuedAlias = rows_of(
+            alias,
+            **{
+                name: bindparam(self._params[name], type_=ARRAY(_element(target)))
+                for name, target in targets.items()
+            },
+        )
+
+    def value(self, name: str) -> ColumnElement[Any]:
+        """The field ``name`` of each row, as its column's SQL type (JSONB cast back)."""
+        value: ColumnElement[Any] = self.alias.c[name]
+        return cast(value, JSONB) if _funnel(self.targets[name]) else value
+
+    def insert(self, **constants: ColumnElement[Any]) -> Insert:
+        """``INSERT INTO table (fields' columns, constants' columns) SELECT ... FROM
+        unnest``: every field into its column, plus per-statement values (``now()``, a
+        bound parameter) for the columns named in ``constants``."""
+        values = {self.targets[name].key: self.value(name) for name in self.targets}
+        values.update(constants)
+        return insert(self.table.table).from_select(list(values), select(*values.values()))
+
+    def update(
+        self, *where: ColumnElement[bool], keys: Collection[str], **constants: Any
+    ) -> Update:
+        """``UPDATE table SET (every field but ``keys``, plus ``constants``) FROM unnest
+        WHERE ...``: the caller matches rows to the keys in ``where`` (a key may match
+        loosely, as an optional attempt does)."""
+        values: dict[str, Any] = {
+            self.targets[name].key: self.value(name) for name in self.targets if name not in keys
+        }
+        values.update(constants)
+        return update(self.table.table).where(*where).values(values)
+
+    def bind(self, rows: Sequence[R]) -> dict[str, Any]:
+        """The array parameters of a non-empty batch of rows (callers skip the statement
+        for an empty one)."""
+        tuples = rows if self._as_tuple is None else map(self._as_tuple, rows)
+        fields = list(zip(*tuples, strict=True))
+        return {
+            param: list(fields[index]) if funnel is None else list(map(funnel, fields[index]))
+            for param, index, funnel in self._binds
+        }
+
+
+def _funnel(target: Column[Any]) -> Callable[[Any], str | None] | None:
+    return target.type.dump_text if isinstance(target.type, PydanticJSONB) else None
+
+
+def _element(target: Column[Any]) -> TypeEngine[Any]:
+    if isinstance(target.type, PydanticJSONB | TextEnum):
+        return Text()
+    return target.type

@@ -9,17 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import cast, insert, select
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.decider.model import AppendEvent
-from legato.engine.repositories.params import int_array, rows_of, text_array, uuid_array
+from legato.engine.repositories.params import Unnest
 from legato.schema import RunEvents
-from legato.schema.types import JSON_VALUE
 
 
 @dataclass(frozen=True)
@@ -33,54 +30,33 @@ class HistoryEvent:
     created_at: datetime
 
 
-async def append(
-    conn: AsyncConnection, events: Sequence[tuple[uuid.UUID, int, AppendEvent]]
-) -> None:
-    """Append events ``(run_id, seq, event)`` (decider loop): one INSERT over ``unnest``
-    of array parameters for a batch of runs, so the server runs one statement (and
-    the NOTIFY trigger fires once). The caller holds each run's row lock and numbers
-    the events after the run's last seq, so seqs stay gap-free. Primary key; built
-    once."""
-    if not events:
-        return
-    await conn.execute(
-        _append_statement(),
-        {
-            "run_ids": [run_id for run_id, _, _ in events],
-            "seqs": [seq for _, seq, _ in events],
-            "types": [event.type for _, _, event in events],
-            "node_ids": [event.node_id for _, _, event in events],
-            "iterations": [event.iteration for _, _, event in events],
-            "attempts": [event.attempt for _, _, event in events],
-            "datas": [JSON_VALUE.dump_text(event.data) for _, _, event in events],
-        },
-    )
+class NewEvent(NamedTuple):
+    """A ``run_events`` row: event ``seq`` of a run's history."""
+
+    run_id: uuid.UUID
+    seq: int
+    type: str
+    node_id: str | None
+    iteration: int | None
+    attempt: int | None
+    data: JsonValue
+
+
+_NEW_EVENTS = Unnest("given", NewEvent, RunEvents)
+
+
+async def append(conn: AsyncConnection, events: Sequence[NewEvent]) -> None:
+    """Append events (decider loop): one INSERT over ``unnest`` of array parameters for
+    a batch of runs, so the server runs one statement (and the NOTIFY trigger fires
+    once). The caller holds each run's row lock and numbers the events after the run's
+    last seq, so seqs stay gap-free. Primary key; built once."""
+    if events:
+        await conn.execute(_append_statement(), _NEW_EVENTS.bind(events))
 
 
 @cache
-def _append_statement() -> Any:
-    given = rows_of(
-        "given",
-        run_id=uuid_array("run_ids"),
-        seq=int_array("seqs"),
-        type=text_array("types"),
-        node_id=text_array("node_ids"),
-        iteration=int_array("iterations"),
-        attempt=int_array("attempts"),
-        data=text_array("datas"),
-    )
-    return insert(RunEvents.table).from_select(
-        ["run_id", "seq", "type", "node_id", "iteration", "attempt", "data"],
-        select(
-            given.c.run_id,
-            given.c.seq,
-            given.c.type,
-            given.c.node_id,
-            given.c.iteration,
-            given.c.attempt,
-            cast(given.c.data, JSONB),
-        ),
-    )
+def _append_statement() -> Insert:
+    return _NEW_EVENTS.insert()
 
 
 async def history(

@@ -10,38 +10,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
-    Row,
     Select,
     Text,
+    Update,
     and_,
     bindparam,
-    cast,
     func,
     insert,
     literal,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.decider.model import TaskError
-from legato.engine.repositories.params import (
-    in_array,
-    int_array,
-    rows_of,
-    text_array,
-    time_array,
-    uuid_array,
-)
+from legato.engine.repositories.params import Unnest, in_array, uuid_array
 from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
-from legato.schema.tables import ERROR_JSON
-from legato.schema.types import JSON_VALUE
+from legato.schema.values import TaskError
 
 
 @dataclass(frozen=True)
@@ -94,10 +83,9 @@ def _select() -> Select[*_RunColumns]:
     )
 
 
-def _row(row: Row[*_RunColumns]) -> RunRow:
-    run_id, name, version, status, input_, output, error, parent, cancel, created, finished = row[
-        :11
-    ]
+def _row(row: tuple[*_RunColumns]) -> RunRow:
+    (run_id, name, version, status, input_, output, error, parent, cancel, created, finished,
+     timed_out_at) = row
     return RunRow(
         id=run_id,
         workflow_name=name,
@@ -110,12 +98,14 @@ def _row(row: Row[*_RunColumns]) -> RunRow:
         cancel_requested=cancel is not None,
         created_at=created,
         finished_at=finished,
-        timed_out=row[11] is not None,
+        timed_out=timed_out_at is not None,
     )
 
 
 @dataclass(frozen=True)
 class NewRun:
+    """A ``runs`` row a start inserts (RUNNING), with its first event and decide row."""
+
     run_id: uuid.UUID
     workflow_name: str
     workflow_version: int
@@ -126,45 +116,13 @@ class NewRun:
     trace_context: JsonValue = None
 
 
+_NEW_RUNS = Unnest("given", NewRun, Runs, columns={"run_id": Runs.id})
+
+
 @cache
-def _start_statement() -> Select[str]:
-    given = rows_of(
-        "given",
-        id=uuid_array("ids"),
-        workflow_name=text_array("names"),
-        workflow_version=int_array("versions"),
-        input=text_array("inputs"),
-        parent_run_id=uuid_array("parents"),
-        idempotency_key=text_array("keys"),
-        scheduled_at=time_array("scheduled"),
-        trace_context=text_array("traces"),
-    )
+def _start_statement() -> Select[uuid.UUID]:
     inserted = (
-        insert(Runs.table)
-        .from_select(
-            [
-                "id",
-                "workflow_name",
-                "workflow_version",
-                "status",
-                "input",
-                "parent_run_id",
-                "idempotency_key",
-                "scheduled_at",
-                "trace_context",
-            ],
-            select(
-                given.c.id,
-                given.c.workflow_name,
-                given.c.workflow_version,
-                literal(RunStatus.RUNNING.value, Text()),
-                cast(given.c.input, JSONB),
-                given.c.parent_run_id,
-                given.c.idempotency_key,
-                given.c.scheduled_at,
-                cast(given.c.trace_context, JSONB),
-            ),
-        )
+        _NEW_RUNS.insert(status=literal(RunStatus.RUNNING.value, Text()))
         .returning(Runs.id, Runs.scheduled_at)
         .cte("started")
     )
@@ -194,26 +152,12 @@ async def start_runs(conn: AsyncConnection, new_runs: Sequence[NewRun], reason: 
     any number of runs, built once. Primary keys of ``runs``, ``run_events`` and
     ``decide_queue``.
     """
-    if not new_runs:
-        return
-    await conn.execute(
-        _start_statement(),
-        {
-            "ids": [r.run_id for r in new_runs],
-            "names": [r.workflow_name for r in new_runs],
-            "versions": [r.workflow_version for r in new_runs],
-            "inputs": [JSON_VALUE.dump_text(r.input) for r in new_runs],
-            "parents": [r.parent_run_id for r in new_runs],
-            "keys": [r.idempotency_key for r in new_runs],
-            "scheduled": [r.scheduled_at for r in new_runs],
-            "traces": [JSON_VALUE.dump_text(r.trace_context) for r in new_runs],
-            "reason": reason,
-        },
-    )
+    if new_runs:
+        await conn.execute(_start_statement(), {**_NEW_RUNS.bind(new_runs), "reason": reason})
 
 
 @cache
-def _lock_statement() -> Select[Any]:
+def _lock_statement() -> Select[*_RunColumns, int]:
     last_seq = (
         select(func.coalesce(func.max(RunEvents.seq), 0))
         .where(RunEvents.run_id == Runs.id)
@@ -238,7 +182,7 @@ async def lock_many(
     lock. Primary keys of the runs' partitions; the seq from ``run_events``' primary key.
     """
     result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids)})
-    return [(_row(row[:12]), int(row[12])) for row in result]
+    return [(_row(row[:12]), row[12]) for row in result]
 
 
 async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
@@ -247,12 +191,16 @@ async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
     return None if row is None else _row(row)
 
 
-@dataclass(frozen=True)
-class Finish:
+class Finish(NamedTuple):
+    """A run's final status, as its last decision sets it."""
+
     run_id: uuid.UUID
     status: RunStatus
     output: JsonValue
     error: TaskError | None
+
+
+_FINISHES = Unnest("finished", Finish, Runs, columns={"run_id": Runs.id})
 
 
 async def finish_many(conn: AsyncConnection, finishes: Sequence[Finish]) -> None:
@@ -261,43 +209,22 @@ async def finish_many(conn: AsyncConnection, finishes: Sequence[Finish]) -> None
     One UPDATE joined to ``unnest`` of array parameters for the batch (built once);
     primary keys of the runs' partitions.
     """
-    if not finishes:
-        return
-    await conn.execute(
-        _finish_statement(),
-        {
-            "ids": [f.run_id for f in finishes],
-            "statuses": [f.status.value for f in finishes],
-            "outputs": [JSON_VALUE.dump_text(f.output) for f in finishes],
-            "errors": [ERROR_JSON.dump_text(f.error) for f in finishes],
-            "fence_ids": sorted(f.run_id for f in finishes),
-        },
-    )
+    if finishes:
+        await conn.execute(
+            _finish_statement(),
+            {**_FINISHES.bind(finishes), "fence_ids": sorted(f.run_id for f in finishes)},
+        )
 
 
 @cache
-def _finish_statement() -> Any:
-    finished = rows_of(
-        "finished",
-        id=uuid_array("ids"),
-        status=text_array("statuses"),
-        output=text_array("outputs"),
-        error=text_array("errors"),
-    )
-    return (
-        update(Runs.table)
-        .where(
-            in_array(Runs.id, uuid_array("fence_ids")),
-            Runs.id == finished.c.id,
-            Runs.status == RunStatus.RUNNING,
-        )
-        .values(
-            status=finished.c.status,
-            output=cast(finished.c.output, JSONB),
-            error=cast(finished.c.error, JSONB),
-            finished_at=func.now(),
-            updated_at=func.now(),
-        )
+def _finish_statement() -> Update:
+    return _FINISHES.update(
+        in_array(Runs.id, uuid_array("fence_ids")),
+        Runs.id == _FINISHES.value("run_id"),
+        Runs.status == RunStatus.RUNNING,
+        keys=("run_id",),
+        finished_at=func.now(),
+        updated_at=func.now(),
     )
 
 

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import Text, Uuid, bindparam, cast, func, insert, select, update
+from sqlalchemy import Select, Text, Update, Uuid, bindparam, cast, func, insert, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.decider.model import BufferedSignal, ConsumeSignal
-from legato.engine.repositories.params import in_array, uuid_array
+from legato.engine.repositories.params import Unnest, in_array, uuid_array
 from legato.schema import DecideQueue, Runs, RunStatus, Signals
 from legato.schema.types import JSON_VALUE
 
 
 @cache
-def _send_statement() -> Any:
+def _send_statement() -> Select[uuid.UUID]:
     target = (
         select(Runs.id)
         .where(Runs.id == bindparam("run_id", type_=Uuid()), Runs.status == RunStatus.RUNNING)
@@ -78,11 +79,22 @@ async def send(
     return result.first() is not None
 
 
+@dataclass(frozen=True)
+class PendingSignal:
+    """An unconsumed ``signals`` row."""
+
+    signal_id: uuid.UUID
+    name: str
+    payload: JsonValue
+    created_at: datetime
+
+
 async def pending_many(
     conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[BufferedSignal]]:
-    """Each run's unconsumed signals, oldest first (decider snapshot). Served by the
-    partial index ``ix_signals_pending``; ids are UUIDv7, so id order is time order."""
+) -> dict[uuid.UUID, list[PendingSignal]]:
+    """Each run's unconsumed signals, oldest first (decider snapshot, Client.emit). Served
+    by the partial index ``ix_signals_pending``; ids are UUIDv7, so id order is time
+    order."""
     result = await conn.execute(
         select(Signals.run_id, Signals.id, Signals.name, Signals.payload, Signals.created_at)
         .where(
@@ -91,26 +103,40 @@ async def pending_many(
         )
         .order_by(Signals.run_id, Signals.id)
     )
-    grouped: dict[uuid.UUID, list[BufferedSignal]] = {run_id: [] for run_id in run_ids}
-    for run_id, signal_id, name, payload, created_at in result:
-        grouped[run_id].append(
-            BufferedSignal(signal_id=signal_id, name=name, payload=payload, created_at=created_at)
-        )
+    grouped: dict[uuid.UUID, list[PendingSignal]] = {run_id: [] for run_id in run_ids}
+    for row in result:
+        grouped[row[0]].append(PendingSignal(*row[1:]))
     return grouped
 
 
-async def consume(
-    conn: AsyncConnection, consumed: Sequence[tuple[uuid.UUID, ConsumeSignal]]
-) -> None:
-    """Mark signals consumed by the waits that took them (decider loop). One executemany
-    round trip; primary keys."""
+class Consumption(NamedTuple):
+    """A signal taken by the wait ``consumed_by`` (a task id)."""
+
+    run_id: uuid.UUID
+    id: uuid.UUID
+    consumed_by: uuid.UUID
+
+
+_CONSUMED = Unnest("consumed", Consumption, Signals)
+
+
+async def consume(conn: AsyncConnection, consumed: Sequence[Consumption]) -> None:
+    """Mark signals consumed by the waits that took them (decider loop). One UPDATE
+    joined to ``unnest`` of array parameters for the batch, built once; primary keys of
+    the runs' partitions."""
     if consumed:
         await conn.execute(
-            update(Signals.table)
-            .where(Signals.run_id == bindparam("b_run_id"), Signals.id == bindparam("b_id"))
-            .values(consumed_at=func.now(), consumed_by=bindparam("b_task_id")),
-            [
-                {"b_run_id": run_id, "b_id": item.signal_id, "b_task_id": item.task_id}
-                for run_id, item in consumed
-            ],
+            _consume_statement(),
+            {**_CONSUMED.bind(consumed), "fence_run_ids": sorted({c.run_id for c in consumed})},
         )
+
+
+@cache
+def _consume_statement() -> Update:
+    return _CONSUMED.update(
+        in_array(Signals.run_id, uuid_array("fence_run_ids")),
+        Signals.run_id == _CONSUMED.value("run_id"),
+        Signals.id == _CONSUMED.value("id"),
+        keys=("run_id", "id"),
+        consumed_at=func.now(),
+    )

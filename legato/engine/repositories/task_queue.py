@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    Insert,
     Integer,
     Interval,
     Select,
@@ -23,61 +24,45 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    insert,
     select,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
-from legato.engine.decider.model import EnqueueTask
 from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import (
-    in_array,
-    int_array,
-    rows_of,
-    text_array,
-    time_array,
-    uuid_array,
-)
+from legato.engine.repositories.params import Unnest, in_array, rows_of, text_array, uuid_array
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
 
 
-async def enqueue(conn: AsyncConnection, items: Sequence[tuple[uuid.UUID, EnqueueTask]]) -> None:
+class NewQueueRow(NamedTuple):
+    """A ``task_queue`` row: an attempt workers of ``queue`` may claim from ``available_at``."""
+
+    queue: str
+    task_id: uuid.UUID
+    run_id: uuid.UUID
+    attempt: int
+    task_name: str
+    priority: int
+    available_at: datetime
+
+
+_NEW_ROWS = Unnest("given", NewQueueRow, TaskQueue)
+
+
+async def enqueue(conn: AsyncConnection, rows: Sequence[NewQueueRow]) -> None:
     """Make attempts claimable (decider loop): one INSERT over ``unnest`` of array
     parameters for a batch of runs; its statement trigger NOTIFYs the workers once.
     Built once."""
-    if not items:
-        return
-    await conn.execute(
-        _enqueue_statement(),
-        {
-            "queues": [item.queue for _, item in items],
-            "task_ids": [item.task_id for _, item in items],
-            "run_ids": [run_id for run_id, _ in items],
-            "attempts": [item.attempt for _, item in items],
-            "task_names": [item.task_name for _, item in items],
-            "priorities": [item.priority for _, item in items],
-            "available_ats": [item.available_at for _, item in items],
-        },
-    )
+    if rows:
+        await conn.execute(_enqueue_statement(), _NEW_ROWS.bind(rows))
 
 
 @cache
-def _enqueue_statement() -> Any:
-    given = rows_of(
-        "given",
-        queue=text_array("queues"),
-        task_id=uuid_array("task_ids"),
-        run_id=uuid_array("run_ids"),
-        attempt=int_array("attempts"),
-        task_name=text_array("task_names"),
-        priority=int_array("priorities"),
-        available_at=time_array("available_ats"),
-    )
-    names = ["queue", "task_id", "run_id", "attempt", "task_name", "priority", "available_at"]
-    return insert(TaskQueue.table).from_select(names, select(*(given.c[n] for n in names)))
+def _enqueue_statement() -> Insert:
+    return _NEW_ROWS.insert()
 
 
 def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
@@ -125,12 +110,18 @@ def claim_candidates() -> Select[str, uuid.UUID]:
     )
 
 
+# What a lease returns per attempt, in order: the worker's ``Claimed``.
+_LeaseReturning = ReturningUpdate[
+    str, uuid.UUID, uuid.UUID, int, str, str, int, JsonValue, str, datetime, datetime, JsonValue
+]
+
+
 @cache
-def _claim_statement() -> Any:
+def _claim_statement() -> _LeaseReturning:
     return _lease_statement(locked(claim_candidates(), "candidates"))
 
 
-def _lease_statement(chosen: Any) -> Any:
+def _lease_statement(chosen: Any) -> _LeaseReturning:
     """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) to ``owner`` and mark
     their attempts RUNNING, returning what the worker needs to run them."""
     owner = bindparam("owner", type_=Text())
@@ -280,7 +271,7 @@ async def lease(
 
 
 @cache
-def _lease_given_statement() -> Any:
+def _lease_given_statement() -> _LeaseReturning:
     return _lease_statement(
         rows_of("chosen", queue=text_array("queues"), task_id=uuid_array("task_ids"))
     )

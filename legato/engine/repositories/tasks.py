@@ -12,36 +12,17 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import (
-    DateTime,
-    bindparam,
-    cast,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Insert, Select, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningUpdate
 
-from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
-from legato.engine.repositories.params import (
-    bool_array,
-    in_array,
-    int_array,
-    rows_of,
-    text_array,
-    time_array,
-    uuid_array,
-)
+from legato.engine.repositories.params import Unnest, in_array, text_array, uuid_array
 from legato.schema import NodeKind, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
-from legato.schema.tables import ERROR_JSON
-from legato.schema.types import JSON_VALUE
+from legato.schema.values import TaskError
 
 
 @dataclass(frozen=True)
@@ -63,21 +44,6 @@ class TaskRow:
     started_at: datetime | None
     finished_at: datetime | None
 
-    def record(self) -> TaskRecord:
-        return TaskRecord(
-            task_id=self.task_id,
-            node_id=self.node_id,
-            iteration=self.iteration,
-            attempt=self.attempt,
-            kind=self.kind,
-            state=self.state,
-            output=self.output,
-            error=self.error,
-            observed=self.observed,
-            created_at=self.created_at,
-            finished_at=self.finished_at,
-        )
-
 
 async def load_many(
     conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
@@ -89,17 +55,32 @@ async def load_many(
     result = await conn.execute(_load_statement(), {"run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
     for row in result:
-        fields = row._asdict()
-        grouped[fields.pop("run_id")].append(TaskRow(**fields))
+        grouped[row[0]].append(TaskRow(*row[1:]))
     return grouped
 
 
 @cache
-def _load_statement() -> Any:
+def _load_statement() -> Select[
+    uuid.UUID,
+    uuid.UUID,
+    str,
+    int,
+    int,
+    NodeKind,
+    TaskState,
+    str,
+    str,
+    JsonValue,
+    TaskError,
+    bool,
+    datetime,
+    datetime,
+    datetime,
+]:
     return (
         select(
             Tasks.run_id,
-            Tasks.id.label("task_id"),
+            Tasks.id,
             Tasks.node_id,
             Tasks.iteration,
             Tasks.attempt,
@@ -119,12 +100,33 @@ def _load_statement() -> Any:
     )
 
 
-async def insert_many(
-    conn: AsyncConnection,
-    creates: Sequence[tuple[uuid.UUID, CreateTask]],
-    now: datetime,
-    observed: Collection[uuid.UUID] = (),
-) -> None:
+class NewTask(NamedTuple):
+    """A ``tasks`` row a decision creates (its fields are the columns it fills)."""
+
+    run_id: uuid.UUID
+    id: uuid.UUID
+    node_id: str
+    iteration: int
+    attempt: int
+    kind: NodeKind
+    state: TaskState
+    task_name: str | None
+    queue: str | None
+    input: JsonValue
+    output: JsonValue
+    error: TaskError | None
+    event_name: str | None
+    created_at: datetime
+    available_at: datetime | None
+    finished_at: datetime | None
+    # Rows born terminal are recorded by the decision that creates them.
+    observed: bool
+
+
+_NEW_TASKS = Unnest("given", NewTask, Tasks)
+
+
+async def insert_many(conn: AsyncConnection, rows: Sequence[NewTask]) -> None:
     """Insert the attempts decisions created (decider loop): one INSERT over ``unnest``
     of array parameters for a whole batch of runs (one statement for the server, built
     once).
@@ -132,100 +134,16 @@ async def insert_many(
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
     """
-    if not creates:
-        return
-    finished = {TaskState.COMPLETED, TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED}
-    rows = [create for _, create in creates]
-    await conn.execute(
-        _insert_statement(),
-        {
-            "run_ids": [run_id for run_id, _ in creates],
-            "ids": [c.task_id for c in rows],
-            "node_ids": [c.node_id for c in rows],
-            "iterations": [c.iteration for c in rows],
-            "attempts": [c.attempt for c in rows],
-            "kinds": [c.kind.value for c in rows],
-            "states": [c.state.value for c in rows],
-            "task_names": [c.task_name for c in rows],
-            "queues": [c.queue for c in rows],
-            "inputs": [JSON_VALUE.dump_text(c.input) for c in rows],
-            "outputs": [JSON_VALUE.dump_text(c.output) for c in rows],
-            "errors": [ERROR_JSON.dump_text(c.error) for c in rows],
-            "event_names": [c.event_name for c in rows],
-            "available_ats": [c.available_at for c in rows],
-            "finished_ats": [now if c.state in finished else None for c in rows],
-            # Rows born terminal are recorded by the decision that creates them.
-            "observed": [c.task_id in observed for c in rows],
-            "now": now,
-        },
-    )
+    if rows:
+        await conn.execute(_insert_statement(), _NEW_TASKS.bind(rows))
 
 
 @cache
-def _insert_statement() -> Any:
-    given = rows_of(
-        "given",
-        run_id=uuid_array("run_ids"),
-        id=uuid_array("ids"),
-        node_id=text_array("node_ids"),
-        iteration=int_array("iterations"),
-        attempt=int_array("attempts"),
-        kind=text_array("kinds"),
-        state=text_array("states"),
-        task_name=text_array("task_names"),
-        queue=text_array("queues"),
-        input=text_array("inputs"),
-        output=text_array("outputs"),
-        error=text_array("errors"),
-        event_name=text_array("event_names"),
-        available_at=time_array("available_ats"),
-        finished_at=time_array("finished_ats"),
-        observed=bool_array("observed"),
-    )
-    return insert(Tasks.table).from_select(
-        [
-            "run_id",
-            "id",
-            "node_id",
-            "iteration",
-            "attempt",
-            "kind",
-            "state",
-            "task_name",
-            "queue",
-            "input",
-            "output",
-            "error",
-            "event_name",
-            "created_at",
-            "available_at",
-            "finished_at",
-            "observed",
-        ],
-        select(
-            given.c.run_id,
-            given.c.id,
-            given.c.node_id,
-            given.c.iteration,
-            given.c.attempt,
-            given.c.kind,
-            given.c.state,
-            given.c.task_name,
-            given.c.queue,
-            cast(given.c.input, JSONB),
-            cast(given.c.output, JSONB),
-            cast(given.c.error, JSONB),
-            given.c.event_name,
-            bindparam("now", type_=DateTime(timezone=True)),
-            given.c.available_at,
-            given.c.finished_at,
-            given.c.observed,
-        ),
-    )
+def _insert_statement() -> Insert:
+    return _NEW_TASKS.insert()
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     """A fenced move of one attempt from an active state to ``state``."""
 
     run_id: uuid.UUID
@@ -237,6 +155,15 @@ class Transition:
     from_states: Collection[TaskState] = ACTIVE_TASK_STATES
     # The decider writes this move's history in the same decision (its own resolves).
     observed: bool = False
+
+
+_MOVES = Unnest(
+    "moves",
+    Transition,
+    Tasks,
+    fields=("run_id", "task_id", "attempt", "state", "output", "error", "observed"),
+    columns={"task_id": Tasks.id},
+)
 
 
 async def transition_many(
@@ -258,52 +185,28 @@ async def transition_many(
         result = await conn.execute(
             _transition_statement(),
             {
-                "run_ids": [m.run_id for m in group],
-                "task_ids": [m.task_id for m in group],
-                "attempts": [m.attempt for m in group],
-                "states": [m.state.value for m in group],
-                "outputs": [JSON_VALUE.dump_text(m.output) for m in group],
-                "errors": [ERROR_JSON.dump_text(m.error) for m in group],
-                "observed": [m.observed for m in group],
+                **_MOVES.bind(group),
                 "fence_run_ids": sorted({m.run_id for m in group}),
                 "sources": sorted(sources),
             },
         )
-        applied.update(dict(result.all()))
+        applied.update(result.all())
     return applied
 
 
 @cache
-def _transition_statement() -> Any:
-    moved = rows_of(
-        "moves",
-        run_id=uuid_array("run_ids"),
-        task_id=uuid_array("task_ids"),
-        attempt=int_array("attempts"),
-        state=text_array("states"),
-        output=text_array("outputs"),
-        error=text_array("errors"),
-        observed=bool_array("observed"),
-    )
-    return (
-        update(Tasks.table)
-        .where(
-            in_array(Tasks.run_id, uuid_array("fence_run_ids")),
-            Tasks.run_id == moved.c.run_id,
-            Tasks.id == moved.c.task_id,
-            or_(moved.c.attempt.is_(None), Tasks.attempt == moved.c.attempt),
-            in_array(Tasks.state, text_array("sources")),
-        )
-        .values(
-            state=moved.c.state,
-            output=cast(moved.c.output, JSONB),
-            error=cast(moved.c.error, JSONB),
-            finished_at=func.now(),
-            lease_owner=None,
-            observed=moved.c.observed,
-        )
-        .returning(Tasks.id, Tasks.queue)
-    )
+def _transition_statement() -> ReturningUpdate[uuid.UUID, str]:
+    attempt = _MOVES.value("attempt")
+    return _MOVES.update(
+        in_array(Tasks.run_id, uuid_array("fence_run_ids")),
+        Tasks.run_id == _MOVES.value("run_id"),
+        Tasks.id == _MOVES.value("task_id"),
+        or_(attempt.is_(None), Tasks.attempt == attempt),
+        in_array(Tasks.state, text_array("sources")),
+        keys=("run_id", "task_id", "attempt"),
+        finished_at=func.now(),
+        lease_owner=None,
+    ).returning(Tasks.id, Tasks.queue)
 
 
 async def mark_observed(

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import NamedTuple
 
-from sqlalchemy import Integer, bindparam, delete, func, insert, select
+from sqlalchemy import Insert, Integer, bindparam, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningDelete
 
-from legato.engine.decider.model import ArmTimer
 from legato.engine.repositories.claims import locked
+from legato.engine.repositories.params import Unnest
 from legato.schema import TimerKind, Timers
 
 # The partition maintenance creates timer partitions a week ahead; stay inside them
@@ -31,8 +31,9 @@ def capped_fire_at(due_at: datetime, now: datetime) -> datetime:
     return min(due_at, now + HORIZON)
 
 
-@dataclass(frozen=True)
-class DueTimer:
+class DueTimer(NamedTuple):
+    """A ``timers`` row: the one a decision arms, and the one the timer loop takes."""
+
     fire_at: datetime
     id: uuid.UUID
     run_id: uuid.UUID
@@ -41,45 +42,28 @@ class DueTimer:
     kind: TimerKind
     due_at: datetime
 
-    @classmethod
-    def armed(cls, run_id: uuid.UUID, action: ArmTimer) -> DueTimer:
-        """The row an ``ArmTimer`` decision stores (its fire time capped when written)."""
-        return cls(
-            action.fire_at,
-            action.timer_id,
-            run_id,
-            action.task_id,
-            action.attempt,
-            action.kind,
-            action.fire_at,
-        )
+
+_TIMERS = Unnest("given", DueTimer, Timers)
 
 
 async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) -> None:
     """Store timers, capped at the partitions' horizon: new ones (decider loop) and
-    those that fired at the horizon before they were due (timer loop). One multi-row
-    INSERT."""
-    if not timers:
-        return
-    await conn.execute(
-        insert(Timers.table),
-        [
-            {
-                "fire_at": capped_fire_at(timer.due_at, now),
-                "id": timer.id,
-                "run_id": timer.run_id,
-                "task_id": timer.task_id,
-                "attempt": timer.attempt,
-                "kind": timer.kind,
-                "due_at": timer.due_at,
-            }
-            for timer in timers
-        ],
-    )
+    those that fired at the horizon before they were due (timer loop). One INSERT over
+    ``unnest`` of array parameters, built once."""
+    if timers:
+        capped = [t._replace(fire_at=capped_fire_at(t.due_at, now)) for t in timers]
+        await conn.execute(_arm_statement(), _TIMERS.bind(capped))
 
 
 @cache
-def _take_due_statement() -> Any:
+def _arm_statement() -> Insert:
+    return _TIMERS.insert()
+
+
+@cache
+def _take_due_statement() -> ReturningDelete[
+    datetime, uuid.UUID, uuid.UUID, uuid.UUID, int, TimerKind, datetime
+]:
     due = locked(
         select(Timers.fire_at, Timers.id)
         .where(Timers.fire_at <= func.now())
