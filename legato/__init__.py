@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         InvalidInput,
         InvalidOutput,
         InvalidRunId,
+        InvalidSignature,
+        InvalidWebhook,
         LegatoError,
         LoopFailed,
         OutputTooLarge,
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
         RunFinished,
         RunNotFound,
         UnknownWorkflow,
+        WebhookNotFound,
     )
     from legato.flow import (
         App,
@@ -114,6 +117,9 @@ _MODULE_OF: dict[str, str] = {
     "RunAlreadyExists": "legato.errors",
     "SyncClient": "legato.sync",
     "SyncRunHandle": "legato.sync",
+    "InvalidSignature": "legato.errors",
+    "InvalidWebhook": "legato.errors",
+    "WebhookNotFound": "legato.errors",
 }
 
 __all__ = [
@@ -128,6 +134,8 @@ __all__ = [
     "InvalidInput",
     "InvalidOutput",
     "InvalidRunId",
+    "InvalidSignature",
+    "InvalidWebhook",
     "LegatoError",
     "LoopFailed",
     "Node",
@@ -153,6 +161,7 @@ __all__ = [
     "TaskDefinitionError",
     "TaskState",
     "UnknownWorkflow",
+    "WebhookNotFound",
     "Workflow",
     "WorkflowSpec",
     "create_engine",

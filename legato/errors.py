@@ -87,3 +87,17 @@ class RunFinished(LegatoError):
 
 class RunFailed(LegatoError):
     """Raised by ``Client.result`` when the run failed or was cancelled."""
+
+
+class InvalidWebhook(InvalidArgument):
+    """A webhook endpoint that cannot be stored: a URL that is not absolute http(s), an
+    empty secret, an unknown event type."""
+
+
+class WebhookNotFound(LegatoError):
+    """No webhook endpoint, or no outbox delivery, with that id."""
+
+
+class InvalidSignature(LegatoError):
+    """``legato.webhooks.verify``: the request is not signed with the endpoint's secret,
+    or its timestamp is outside the tolerance (a replayed request)."""

@@ -32,6 +32,7 @@ from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
+from legato.engine.relay import RelayLoop
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.errors import ConfigurationError, LoopFailed
@@ -50,6 +51,7 @@ class Roles:
     worker: bool = True
     timer: bool = True
     deploy: bool = True
+    relay: bool = False  # webhook deliveries from the outbox (needs legato[webhooks])
 
 
 class Runtime:
@@ -125,6 +127,8 @@ class Runtime:
         if roles.timer:
             self.loops.append(TimerLoop(engine, wakeups=self.wakeups))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
+        if roles.relay:
+            self.loops.append(RelayLoop(engine, poll_interval=poll_interval))
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             self.loops.append(BacklogSampler(engine))
         for each in self.loops:
