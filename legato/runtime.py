@@ -32,7 +32,7 @@ from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
-from legato.engine.relay import RelayLoop
+from legato.engine.relay import RelayLoop, RelaySettings
 from legato.engine.timer_loop import LeaseSweeper, TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.errors import ConfigurationError, LoopFailed
@@ -75,6 +75,7 @@ class Runtime:
         restarts: RestartPolicy | None = None,
         max_decision_failures: int = 10,
         decision_retry_delay: timedelta = timedelta(seconds=2),
+        relay: RelaySettings | None = None,
     ) -> None:
         if lease <= timedelta(0):
             raise ConfigurationError(
@@ -128,7 +129,9 @@ class Runtime:
             self.loops.append(TimerLoop(engine, wakeups=self.wakeups))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
         if roles.relay:
-            self.loops.append(RelayLoop(engine, poll_interval=poll_interval))
+            self.loops.append(
+                RelayLoop(engine, relay or RelaySettings(), poll_interval=poll_interval)
+            )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             self.loops.append(BacklogSampler(engine))
         for each in self.loops:

@@ -20,6 +20,7 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -122,6 +123,36 @@ def headers_of(delivery: outbox.Delivery, body: bytes, now: float) -> dict[str, 
     }
 
 
+@dataclass(frozen=True)
+class RelaySettings:
+    """How the relay delivers: ``legato relay``'s options, ``Runtime(relay=...)``."""
+
+    batch_size: int = 50
+    request_timeout: float = 10.0  # seconds per HTTP request
+    lease: timedelta = timedelta(seconds=60)  # a claimed delivery's lease
+    max_attempts: int = 12  # then the dead letter
+    retry_delay: timedelta = timedelta(seconds=5)  # the back-off's base
+    max_retry_delay: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        if self.request_timeout <= 0 or self.lease.total_seconds() <= self.request_timeout:
+            raise ConfigurationError(
+                f"the relay's lease ({self.lease.total_seconds():g}s) must exceed its request "
+                f"timeout ({self.request_timeout:g}s, positive), or a slow delivery is claimed "
+                "twice"
+            )
+        if self.max_attempts < 1 or self.batch_size < 1:
+            raise ConfigurationError(
+                f"max_attempts and batch_size must be at least 1, got {self.max_attempts} and "
+                f"{self.batch_size}"
+            )
+        if self.retry_delay <= timedelta(0) or self.max_retry_delay < self.retry_delay:
+            raise ConfigurationError(
+                f"retry_delay must be positive and at most max_retry_delay, got "
+                f"{self.retry_delay} and {self.max_retry_delay}"
+            )
+
+
 class RelayLoop(Loop):
     """Claims due outbox deliveries and POSTs them to their endpoints."""
 
@@ -130,39 +161,19 @@ class RelayLoop(Loop):
     def __init__(
         self,
         engine: AsyncEngine,
+        settings: RelaySettings = RelaySettings(),
         *,
-        batch_size: int = 50,
         poll_interval: float = 1.0,
-        request_timeout: float = 10.0,
-        lease: timedelta = timedelta(seconds=60),
-        max_attempts: int = 12,
-        retry_delay: timedelta = timedelta(seconds=5),
-        max_retry_delay: timedelta = timedelta(hours=1),
     ) -> None:
-        if request_timeout <= 0 or lease.total_seconds() <= request_timeout:
-            raise ConfigurationError(
-                f"the relay's lease ({lease.total_seconds():g}s) must exceed its request "
-                f"timeout ({request_timeout:g}s, positive), or a slow delivery is claimed twice"
-            )
-        if max_attempts < 1 or batch_size < 1:
-            raise ConfigurationError(
-                f"max_attempts and batch_size must be at least 1, got {max_attempts} and "
-                f"{batch_size}"
-            )
         try:
-            import httpx  # noqa: F401  (checked here: fail at construction, not at first event)
+            import httpx  # noqa: F401  (checked here: fail at start, not at the first event)
         except ImportError:
             raise ConfigurationError(
                 "the outbox relay needs httpx: pip install 'legato[webhooks]'"
             ) from None
         super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
         self.engine = engine
-        self.batch_size = batch_size
-        self.request_timeout = request_timeout
-        self.lease = lease
-        self.max_attempts = max_attempts
-        self.retry_base = retry_delay
-        self.max_retry_delay = max_retry_delay
+        self.settings = settings
         self.delivered = 0
         self._http: httpx.AsyncClient | None = None
 
@@ -172,7 +183,7 @@ class RelayLoop(Loop):
 
             # Redirects are not followed: a 3xx is a failure the operator should see.
             self._http = httpx.AsyncClient(
-                timeout=self.request_timeout, follow_redirects=False, trust_env=False
+                timeout=self.settings.request_timeout, follow_redirects=False, trust_env=False
             )
         return self._http
 
@@ -183,7 +194,7 @@ class RelayLoop(Loop):
 
     async def tick(self) -> bool:
         async with self.engine.begin() as conn:
-            claimed = await outbox.claim(conn, self.batch_size, self.lease)
+            claimed = await outbox.claim(conn, self.settings.batch_size, self.settings.lease)
         if not claimed:
             return False
         outcomes = await asyncio.gather(*(self._post(d) for d in claimed))
@@ -194,8 +205,10 @@ class RelayLoop(Loop):
                 d.attempts,
                 error,
                 None
-                if d.attempts >= self.max_attempts
-                else retry_delay(d.attempts, self.retry_base, self.max_retry_delay),
+                if d.attempts >= self.settings.max_attempts
+                else retry_delay(
+                    d.attempts, self.settings.retry_delay, self.settings.max_retry_delay
+                ),
             )
             for d, error in zip(claimed, outcomes, strict=True)
             if error is not None
@@ -215,11 +228,11 @@ class RelayLoop(Loop):
             else:
                 log.warning(
                     "webhook delivery %d to %s failed (attempt %d of %d): %s; retrying in %.1fs",
-                    d.id, d.url, d.attempts, self.max_attempts, failure.error,
+                    d.id, d.url, d.attempts, self.settings.max_attempts, failure.error,
                     failure.retry_in.total_seconds(),
                     extra={"run_id": str(d.run_id)},
                 )  # fmt: skip
-        return len(claimed) >= self.batch_size
+        return len(claimed) >= self.settings.batch_size
 
     async def _post(self, delivery: outbox.Delivery) -> str | None:
         """POST one delivery; None when the endpoint answered 2xx, else why not."""
@@ -231,7 +244,7 @@ class RelayLoop(Loop):
                 delivery.url, content=body, headers=headers_of(delivery, body, time.time())
             )
         except httpx.TimeoutException:
-            return f"timed out after {self.request_timeout:g}s"
+            return f"timed out after {self.settings.request_timeout:g}s"
         except httpx.HTTPError as error:
             return f"{type(error).__name__}: {one_line(error)}"[:MAX_ERROR_CHARS]
         if response.is_success:

@@ -220,8 +220,8 @@ async def failed(conn: AsyncConnection, failures: Sequence[Failure]) -> None:
         await conn.execute(
             _failed_statement(),
             {
-                "ids": [f.id for f in failures],
-                "attempts": [f.attempts for f in failures],
+                "failed_ids": [f.id for f in failures],
+                "claimed_attempts": [f.attempts for f in failures],
                 "errors": [f.error for f in failures],
                 "delays": [
                     None if f.retry_in is None else f.retry_in.total_seconds() for f in failures
@@ -234,8 +234,8 @@ async def failed(conn: AsyncConnection, failures: Sequence[Failure]) -> None:
 def _failed_statement() -> Any:
     given = rows_of(
         "given",
-        id=bindparam("ids", type_=ARRAY(BigInteger())),
-        attempts=bindparam("attempts", type_=ARRAY(Integer())),
+        id=bindparam("failed_ids", type_=ARRAY(BigInteger())),
+        attempts=bindparam("claimed_attempts", type_=ARRAY(Integer())),
         error=text_array("errors"),
         delay=bindparam("delays", type_=ARRAY(Float())),
     )
