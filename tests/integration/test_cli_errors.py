@@ -105,6 +105,13 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "cancel"): (RUN,),
     ("bench",): ("--scenario", "start", "--size", "tiny"),
     ("stats",): (),
+    ("webhooks", "add"): ("https://hooks.example.com/x", "--secret", "s"),
+    ("webhooks", "list"): (),
+    ("webhooks", "remove"): ("1",),
+    ("outbox", "list"): (),
+    ("outbox", "show"): ("1",),
+    ("outbox", "replay"): ("--all",),
+    ("relay",): (),
 }
 
 
