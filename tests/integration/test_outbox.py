@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Retry, Runtime, TaskContext, task, webhooks, workflow
+from legato.engine.decider_loop import DeciderLoop
 from legato.engine.relay import RelaySettings
 from legato.errors import InvalidSignature
 from legato.runtime import Roles
@@ -217,3 +218,24 @@ async def test_webhooks_cli_adds_lists_and_removes(engine: AsyncEngine, database
     )
     assert removed.status == 0, removed.stderr
     assert await count_rows(engine, WebhookEndpoints) == 0
+
+
+async def test_a_quarantine_writes_run_quarantined_in_its_transaction(
+    engine: AsyncEngine, client: Client
+) -> None:
+    endpoint = await webhooks.add_endpoint(engine, "https://hooks.example.com/q", SECRET)
+    run = await client.start(greeting, "qa")  # no runtime: the run waits for its decision
+    loop = DeciderLoop(engine, max_failures=1)
+    async with engine.begin() as conn:
+        await loop._failed(conn, run.run_id, 1, RuntimeError("broken spec"), datetime.now(UTC))
+    (letter,) = await webhooks.dead_letters(engine, pending=True)
+    assert (letter.run_id, letter.event_type, letter.endpoint_id) == (
+        run.run_id,
+        "run.quarantined",
+        endpoint,
+    )
+    assert letter.payload == {
+        "status": "RUNNING",
+        "failures": 1,
+        "error": "RuntimeError: broken spec",
+    }
