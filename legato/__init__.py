@@ -34,6 +34,8 @@ if TYPE_CHECKING:
         InvalidOutput,
         InvalidRunId,
         InvalidSchedule,
+        InvalidSignature,
+        InvalidWebhook,
         LegatoError,
         LoopFailed,
         OutputTooLarge,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         RunNotFound,
         UnknownSchedule,
         UnknownWorkflow,
+        WebhookNotFound,
     )
     from legato.flow import (
         App,
@@ -126,6 +129,9 @@ _MODULE_OF: dict[str, str] = {
     "RunAlreadyExists": "legato.errors",
     "SyncClient": "legato.sync",
     "SyncRunHandle": "legato.sync",
+    "InvalidSignature": "legato.errors",
+    "InvalidWebhook": "legato.errors",
+    "WebhookNotFound": "legato.errors",
 }
 
 __all__ = [
@@ -144,6 +150,8 @@ __all__ = [
     "InvalidOutput",
     "InvalidRunId",
     "InvalidSchedule",
+    "InvalidSignature",
+    "InvalidWebhook",
     "LegatoError",
     "LoopFailed",
     "Node",
@@ -171,6 +179,7 @@ __all__ = [
     "TaskState",
     "UnknownSchedule",
     "UnknownWorkflow",
+    "WebhookNotFound",
     "Workflow",
     "WorkflowSpec",
     "create_engine",

@@ -97,3 +97,17 @@ class InvalidSchedule(LegatoError, ValueError):
 
 class UnknownSchedule(LegatoError, LookupError):
     """No deployed schedule of that name (``legato schedules pause|resume|trigger``)."""
+
+
+class InvalidWebhook(InvalidArgument):
+    """A webhook endpoint that cannot be stored: a URL that is not absolute http(s), an
+    empty secret, an unknown event type."""
+
+
+class WebhookNotFound(LegatoError):
+    """No webhook endpoint, or no outbox delivery, with that id."""
+
+
+class InvalidSignature(LegatoError):
+    """``legato.webhooks.verify``: the request is not signed with the endpoint's secret,
+    or its timestamp is outside the tolerance (a replayed request)."""

@@ -33,6 +33,7 @@ from legato.engine.deploy import deploy_workflows
 from legato.engine.lease_sweeper import LeaseSweeper
 from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
+from legato.engine.relay import RelayLoop, RelaySettings
 from legato.engine.scheduling import ScheduleLoop
 from legato.engine.timer_loop import TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
@@ -52,6 +53,7 @@ class Roles:
     worker: bool = True
     timer: bool = True
     deploy: bool = True
+    relay: bool = False  # webhook deliveries from the outbox (needs legato[webhooks])
 
 
 class Runtime:
@@ -75,6 +77,7 @@ class Runtime:
         restarts: RestartPolicy | None = None,
         max_decision_failures: int = 10,
         decision_retry_delay: timedelta = timedelta(seconds=2),
+        relay: RelaySettings | None = None,
     ) -> None:
         if lease <= timedelta(0):
             raise ConfigurationError(
@@ -128,6 +131,10 @@ class Runtime:
         if roles.timer:
             self.loops.append(TimerLoop(engine, wakeups=self.wakeups))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
+        if roles.relay:
+            self.loops.append(
+                RelayLoop(engine, relay or RelaySettings(), poll_interval=poll_interval)
+            )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             self.loops.append(BacklogSampler(engine))
         for each in self.loops:

@@ -115,6 +115,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from legato.cli import bench as bench_commands
     from legato.cli import db as db_commands
+    from legato.cli import outbox as outbox_commands
     from legato.cli import runtime as runtime_commands
     from legato.cli import schedules as schedule_commands
     from legato.cli import stats as stats_commands
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats_commands.register(commands)
     ui_commands.register(commands)
     schedule_commands.register(commands)
+    outbox_commands.register(commands)
     return parser
 
 

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato.engine import relay
 from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
     Action,
@@ -44,6 +45,7 @@ from legato.engine.repositories import (
     decide_queue,
     definitions,
     notify,
+    outbox,
     run_events,
     runs,
     signals,
@@ -117,6 +119,7 @@ class Batch:
     events: list[run_events.NewEvent] = field(default_factory=list)
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
     facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
+    lifecycle: list[outbox.Event] = field(default_factory=list)  # webhooks, same transaction
 
     @property
     def cancels_attempts(self) -> bool:
@@ -247,6 +250,7 @@ class Batch:
             [runs.Finish(run.id, f.status, f.output, f.error) for run, f in self.finishes],
         )
         await complete_parents(conn, self.finishes)
+        await outbox.publish(conn, self.lifecycle)
 
 
 class DecisionAborted(Exception):
@@ -280,6 +284,7 @@ async def decide_runs(
         actions = decide(spec, snapshot, now)
         batch.add(run, last_seq, actions)
         batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
+        batch.lifecycle += relay.lifecycle_events(run.id, batch.facts[-1].first, actions)
     await batch.write(conn)
     return batch
 
@@ -448,6 +453,7 @@ class DeciderLoop(Loop):
         message = f"{type(error).__name__}: {error}"[:2000]
         if failures >= self.max_failures:
             await decide_queue.record_failure(conn, run_id, failures, message, None)
+            await outbox.publish(conn, [relay.quarantine_event(run_id, failures, message)])
             log.error(
                 "run %s quarantined after %d failed decisions (%s); fix the cause, then "
                 "`legato runs resume %s`",

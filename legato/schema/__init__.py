@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         TaskQueue,
         Tasks,
         Timers,
+        WebhookEndpoints,
         WorkflowDefinitions,
         metadata,
     )
@@ -61,6 +62,7 @@ _MODULE_OF: dict[str, str] = {
     "DecideQueue": "legato.schema.tables",
     "IdempotencyKeys": "legato.schema.tables",
     "Outbox": "legato.schema.tables",
+    "WebhookEndpoints": "legato.schema.tables",
     "RunEvents": "legato.schema.tables",
     "Runs": "legato.schema.tables",
     "SchemaVersion": "legato.schema.tables",
@@ -100,6 +102,7 @@ __all__ = [
     "Tasks",
     "TimerKind",
     "Timers",
+    "WebhookEndpoints",
     "WorkflowDefinitions",
     "is_uuid7",
     "metadata",

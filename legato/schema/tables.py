@@ -43,6 +43,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.schema import SchemaItem
 
 from legato.schema.enums import CatchUp, NodeKind, RunStatus, TaskState, TimerKind
@@ -385,39 +386,59 @@ IdempotencyKeys = IdempotencyKeysColumns(
     include the partition key, which a (namespace, key) pair cannot."""
 
 
+class WebhookEndpointsColumns(TableColumns):
+    """Columns of ``webhook_endpoints``."""
+
+    id: Column[int] = Column(BigInteger, Identity(always=False), nullable=False)
+    url = text_col()
+    secret = text_col()
+    event_types: Column[list[str]] = Column(ARRAY(Text), nullable=False)
+    workflows: Column[list[str] | None] = Column(ARRAY(Text), nullable=True)  # NULL: every one
+    created_at = time_col(nullable=False, now_default=True)
+
+
+WebhookEndpoints = WebhookEndpointsColumns("webhook_endpoints", PrimaryKeyConstraint("id"))
+"""Where run lifecycle events are delivered: deployment configuration (URLs, secrets),
+managed with ``legato webhooks add|list|remove``; a handful of rows, read whole."""
+
+
 class OutboxColumns(TableColumns):
     """Columns of ``outbox``."""
 
     id: Column[int] = Column(BigInteger, Identity(always=False), nullable=False)
+    event_id = uuid_col()
+    endpoint_id: Column[int] = Column(BigInteger, nullable=False)
     run_id = uuid_col()
+    workflow_name = text_col()
     event_type = text_col()
     payload = json_col()
     created_at = time_col(nullable=False, now_default=True)
     attempts = int_col(default=0)
     next_attempt_at = time_col(nullable=False, now_default=True)
     last_error = text_col(nullable=True)
-    published_at = time_col()
     dead_lettered_at = time_col()
 
 
 Outbox = OutboxColumns(
     "outbox",
     PrimaryKeyConstraint("id"),
-    # Reserved for a future delivery process (nothing writes the table yet).
+    ForeignKeyConstraint(["endpoint_id"], ["webhook_endpoints.id"], ondelete="CASCADE"),
+    # The relay loop's claim: due deliveries, oldest first; dead letters leave it.
     Index(
-        "ix_outbox_deliverable",
+        "ix_outbox_relay_due",
         "next_attempt_at",
-        "id",
-        postgresql_where=text("published_at IS NULL AND dead_lettered_at IS NULL"),
+        postgresql_where=text("dead_lettered_at IS NULL"),
     ),
+    # `legato outbox list`: the dead letter.
     Index(
         "ix_outbox_dead_letter",
         "dead_lettered_at",
         postgresql_where=text("dead_lettered_at IS NOT NULL"),
     ),
 )
-"""Reserved: no code writes or reads it yet (docs/schema.md); kept so that delivering run
-lifecycle events can be added without migrating a busy table."""
+"""One row per delivery of a run lifecycle event to one endpoint, written in the
+decision's transaction; deleted once delivered, kept as a dead letter after the relay's
+attempt budget (docs/operations.md, "Outbox and webhooks")."""
 
 
 class SchemaVersionColumns(TableColumns):

@@ -111,6 +111,13 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("schedules", "resume"): ("nightly",),
     ("schedules", "trigger"): ("nightly",),
     ("ui",): (),
+    ("webhooks", "add"): ("https://hooks.example.com/x", "--secret", "s"),
+    ("webhooks", "list"): (),
+    ("webhooks", "remove"): ("1",),
+    ("outbox", "list"): (),
+    ("outbox", "show"): ("1",),
+    ("outbox", "replay"): ("--all",),
+    ("relay",): (),
 }
 
 

@@ -29,9 +29,10 @@ import pytest_asyncio
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.repositories import decide_queue, runs, task_queue, timers
+from legato.engine.repositories import decide_queue, outbox, runs, task_queue, timers
 from legato.schema import (
     NodeKind,
+    Outbox,
     Runs,
     RunStatus,
     Tasks,
@@ -95,7 +96,7 @@ async def _with_recheck(
     held_update: str,
     statement: Callable[[AsyncConnection], Awaitable[T]],
     *,
-    paused: tuple[str, uuid.UUID] | None,
+    paused: tuple[str, object] | None,
 ) -> T:
     """Run ``statement`` so that it locks a row ``held_update`` changed after its snapshot;
     ``paused`` (a role and a row key) makes its scan wait at that row for the commit."""
@@ -270,3 +271,38 @@ async def test_decider_run_lock(engine: AsyncEngine) -> None:
     # The lock read the committed update: the recheck happened.
     assert [row.cancel_requested for row, _ in locked] == [False, True, False]
     assert [seq for _, seq in locked] == [0, 0, 0]
+
+
+async def test_relay_claim(engine: AsyncEngine, paused_role: str) -> None:
+    run_ids = await _runs(engine, 2)
+    past = datetime.now(UTC) - timedelta(seconds=10)
+    async with engine.begin() as conn:
+        endpoint = await outbox.add_endpoint(
+            conn, "http://127.0.0.1:9/", "s", ["run.started"], None
+        )
+        result = await conn.execute(
+            insert(Outbox.table).returning(Outbox.id),
+            [
+                {
+                    "event_id": uuid7(),
+                    "endpoint_id": endpoint,
+                    "run_id": run_id,
+                    "workflow_name": "epq",
+                    "event_type": "run.started",
+                    "next_attempt_at": past + timedelta(seconds=n),  # the first is claimed first
+                }
+                for n, run_id in enumerate(run_ids)
+            ],
+        )
+        ids = sorted(result.scalars().all())
+    await _pause_scans_of(engine, "outbox", "id")
+    claimed = await _with_recheck(
+        engine,
+        f"UPDATE legato.outbox SET last_error = 'changed' WHERE id = {ids[1]}",
+        lambda conn: outbox.claim(conn, 10, timedelta(seconds=30)),
+        paused=(paused_role, ids[1]),
+    )
+    assert [d.id for d in claimed] == ids
+    assert [d.attempts for d in claimed] == [1, 1]
+    # The claim read the committed update: the recheck happened.
+    assert [d.last_error for d in claimed] == [None, "changed"]

@@ -223,12 +223,11 @@ async def test_catalog_partial_indexes_and_storage(engine: AsyncEngine) -> None:
     assert "ix_timers_unclaimed" not in predicates
     assert predicates["ix_runs_active"] == "(status = 'RUNNING'::text)"
     assert predicates["ix_signals_pending"] == "(consumed_at IS NULL)"
-    assert predicates["ix_outbox_deliverable"] == (
-        "((published_at IS NULL) AND (dead_lettered_at IS NULL))"
-    )
+    assert predicates["ix_outbox_relay_due"] == "(dead_lettered_at IS NULL)"
+    assert predicates["ix_outbox_dead_letter"] == "(dead_lettered_at IS NOT NULL)"
     assert predicates["ix_workflow_definitions_name"] == "deployed"
     assert predicates["ix_decide_queue_decider"] == "(quarantined_at IS NULL)"
-    for name in ["decide_queue", *(f"task_queue_h{i}" for i in range(8))]:
+    for name in ["decide_queue", "outbox", *(f"task_queue_h{i}" for i in range(8))]:
         assert "fillfactor=70" in options[name], name
         assert "autovacuum_vacuum_scale_factor=0.01" in options[name], name
     assert comment[0][0].startswith("worker loop")

@@ -1,0 +1,251 @@
+"""The outbox relay: which lifecycle events a decision writes, and the loop that delivers
+them to webhook endpoints over HTTP (httpx, the ``webhooks`` extra).
+
+Events enter ``outbox`` in the transaction of the transition they describe (the decider
+loop calls :func:`lifecycle_events` and ``outbox.publish``), so an event exists if and
+only if its transition committed. The relay claims due deliveries with a lease
+(``outbox.claim``), commits, POSTs them concurrently, then records each outcome: a 2xx
+deletes the row; anything else backs it off exponentially with jitter until the
+attempt budget is spent, then dead-letters it. A relay killed mid-delivery leaves its
+rows leased; once the lease passes another relay delivers them again — at least once,
+with the same ``Legato-Event-Id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.engine.decider.model import Action, FinishRun
+from legato.engine.loops import Loop, one_line
+from legato.engine.repositories import outbox
+from legato.errors import ConfigurationError
+from legato.schema import RunStatus, uuid7
+from legato.webhooks import (
+    EVENT_ID_HEADER,
+    EVENT_TYPE_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    EventType,
+    sign,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger("legato.relay")
+
+# Error types of an attempt or event wait that ran out of time (timer loop, worker,
+# decider): a run failing with one of them is `run.timed_out`, not `run.failed`.
+MAX_ERROR_CHARS = 500
+
+
+def lifecycle_events(
+    run_id: uuid.UUID, first: bool, actions: Sequence[Action]
+) -> list[outbox.Event]:
+    """The events of one decision (pure): ``run.started`` on the run's first decision,
+    and the finish it makes, if any."""
+    events: list[outbox.Event] = []
+    if first:
+        events.append(outbox.Event(uuid7(), run_id, EventType.STARTED, {"status": "RUNNING"}))
+    for action in actions:
+        if not isinstance(action, FinishRun):
+            continue
+        payload: dict[str, JsonValue] = {"status": action.status.value}
+        if action.status is RunStatus.SUCCEEDED:
+            kind, payload["output"] = EventType.SUCCEEDED, action.output
+        elif action.status is RunStatus.CANCELLED:
+            kind = EventType.CANCELLED
+        else:  # FAILED, or TIMED_OUT by the workflow's execution_timeout
+            timed_out = action.status is RunStatus.TIMED_OUT
+            kind = EventType.TIMED_OUT if timed_out else EventType.FAILED
+            if action.error is not None:
+                payload["error"] = action.error.model_dump(mode="json")
+        events.append(outbox.Event(uuid7(), run_id, kind, payload))
+    return events
+
+
+def quarantine_event(run_id: uuid.UUID, failures: int, error: str) -> outbox.Event:
+    """``run.quarantined``: the decider parked the run after ``failures`` failed decisions."""
+    return outbox.Event(
+        uuid7(),
+        run_id,
+        EventType.QUARANTINED,
+        {"status": "RUNNING", "failures": failures, "error": error},
+    )
+
+
+def retry_delay(
+    attempts: int, base: timedelta, cap: timedelta, rng: random.Random | None = None
+) -> timedelta:
+    """How long a delivery waits after its ``attempts``-th failure: ``base`` doubled per
+    attempt, at most ``cap``, then "equal jitter" — a uniform draw from its upper half —
+    so endpoints that failed together (an outage) are not retried in lockstep."""
+    ceiling = min(base * (1 << min(max(attempts - 1, 0), 30)), cap)
+    return ceiling / 2 + ceiling / 2 * (rng or random).random()
+
+
+def body_of(delivery: outbox.Delivery) -> bytes:
+    """The request body: the event as compact JSON, the same on every attempt."""
+    event = {
+        "id": str(delivery.event_id),
+        "type": delivery.event_type,
+        "created_at": delivery.created_at.isoformat(),
+        "run_id": str(delivery.run_id),
+        "workflow": delivery.workflow_name,
+        "data": delivery.payload,
+    }
+    return json.dumps(event, separators=(",", ":"), sort_keys=True).encode()
+
+
+def headers_of(delivery: outbox.Delivery, body: bytes, now: float) -> dict[str, str]:
+    """The request's headers: the event id to dedupe on, and the signature of this attempt."""
+    timestamp = int(now)
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": "legato-relay",
+        EVENT_ID_HEADER: str(delivery.event_id),
+        EVENT_TYPE_HEADER: delivery.event_type,
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(delivery.secret, timestamp, body),
+    }
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """How the relay delivers: ``legato relay``'s options, ``Runtime(relay=...)``."""
+
+    batch_size: int = 50
+    request_timeout: float = 10.0  # seconds per HTTP request
+    lease: timedelta = timedelta(seconds=60)  # a claimed delivery's lease
+    max_attempts: int = 12  # then the dead letter
+    retry_delay: timedelta = timedelta(seconds=5)  # the back-off's base
+    max_retry_delay: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        if self.request_timeout <= 0 or self.lease.total_seconds() <= self.request_timeout:
+            raise ConfigurationError(
+                f"the relay's lease ({self.lease.total_seconds():g}s) must exceed its request "
+                f"timeout ({self.request_timeout:g}s, positive), or a slow delivery is claimed "
+                "twice"
+            )
+        if self.max_attempts < 1 or self.batch_size < 1:
+            raise ConfigurationError(
+                f"max_attempts and batch_size must be at least 1, got {self.max_attempts} and "
+                f"{self.batch_size}"
+            )
+        if self.retry_delay <= timedelta(0) or self.max_retry_delay < self.retry_delay:
+            raise ConfigurationError(
+                f"retry_delay must be positive and at most max_retry_delay, got "
+                f"{self.retry_delay} and {self.max_retry_delay}"
+            )
+
+
+class RelayLoop(Loop):
+    """Claims due outbox deliveries and POSTs them to their endpoints."""
+
+    name = "relay"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: RelaySettings = RelaySettings(),
+        *,
+        poll_interval: float = 1.0,
+    ) -> None:
+        try:
+            import httpx  # noqa: F401  (checked here: fail at start, not at the first event)
+        except ImportError:
+            raise ConfigurationError(
+                "the outbox relay needs httpx: pip install 'legato[webhooks]'"
+            ) from None
+        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
+        self.engine = engine
+        self.settings = settings
+        self.delivered = 0
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            import httpx
+
+            # Redirects are not followed: a 3xx is a failure the operator should see.
+            self._http = httpx.AsyncClient(
+                timeout=self.settings.request_timeout, follow_redirects=False, trust_env=False
+            )
+        return self._http
+
+    async def on_stop(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def tick(self) -> bool:
+        async with self.engine.begin() as conn:
+            claimed = await outbox.claim(conn, self.settings.batch_size, self.settings.lease)
+        if not claimed:
+            return False
+        outcomes = await asyncio.gather(*(self._post(d) for d in claimed))
+        done = [d.id for d, error in zip(claimed, outcomes, strict=True) if error is None]
+        failures = [
+            outbox.Failure(
+                d.id,
+                d.attempts,
+                error,
+                None
+                if d.attempts >= self.settings.max_attempts
+                else retry_delay(
+                    d.attempts, self.settings.retry_delay, self.settings.max_retry_delay
+                ),
+            )
+            for d, error in zip(claimed, outcomes, strict=True)
+            if error is not None
+        ]
+        async with self.engine.begin() as conn:
+            await outbox.delivered(conn, done)
+            await outbox.failed(conn, failures)
+        self.delivered += len(done)
+        for failure, d in ((f, d) for f in failures for d in claimed if d.id == f.id):
+            if failure.retry_in is None:
+                log.error(
+                    "webhook delivery %d (%s of run %s to %s) dead-lettered after %d attempts: "
+                    "%s; `legato outbox replay %d` once the endpoint is fixed",
+                    d.id, d.event_type, d.run_id, d.url, d.attempts, failure.error, d.id,
+                    extra={"run_id": str(d.run_id)},
+                )  # fmt: skip
+            else:
+                log.warning(
+                    "webhook delivery %d to %s failed (attempt %d of %d): %s; retrying in %.1fs",
+                    d.id, d.url, d.attempts, self.settings.max_attempts, failure.error,
+                    failure.retry_in.total_seconds(),
+                    extra={"run_id": str(d.run_id)},
+                )  # fmt: skip
+        return len(claimed) >= self.settings.batch_size
+
+    async def _post(self, delivery: outbox.Delivery) -> str | None:
+        """POST one delivery; None when the endpoint answered 2xx, else why not."""
+        import httpx
+
+        body = body_of(delivery)
+        try:
+            response = await self._client().post(
+                delivery.url, content=body, headers=headers_of(delivery, body, time.time())
+            )
+        except httpx.TimeoutException:
+            return f"timed out after {self.settings.request_timeout:g}s"
+        except httpx.HTTPError as error:
+            return f"{type(error).__name__}: {one_line(error)}"[:MAX_ERROR_CHARS]
+        if response.is_success:
+            return None
+        return f"HTTP {response.status_code}: {response.text[:200]}"[:MAX_ERROR_CHARS]

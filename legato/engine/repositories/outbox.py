@@ -1,0 +1,356 @@
+"""``outbox`` and ``webhook_endpoints``: run lifecycle events waiting for delivery, and
+where they go.
+
+An event is fanned out when it is written: one ``outbox`` row per subscribed endpoint,
+all carrying the event's id, so each endpoint's delivery backs off, dead-letters and is
+replayed on its own. A delivered row is deleted; the table holds only work.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+from pydantic import JsonValue
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Integer,
+    Interval,
+    any_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.repositories.claims import locked
+from legato.engine.repositories.params import in_array, rows_of, text_array, uuid_array
+from legato.schema import Outbox, Runs, WebhookEndpoints
+from legato.schema.types import JSON_VALUE
+
+
+@dataclass(frozen=True)
+class Event:
+    """A run lifecycle event to publish: ``type`` is a ``legato.webhooks.EventType`` value."""
+
+    event_id: uuid.UUID
+    run_id: uuid.UUID
+    type: str
+    payload: JsonValue
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    id: int
+    url: str
+    secret: str
+    event_types: tuple[str, ...]
+    workflows: tuple[str, ...] | None  # None: every workflow
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One event for one endpoint, as the relay claims it or an operator inspects it."""
+
+    id: int
+    event_id: uuid.UUID
+    endpoint_id: int
+    url: str
+    secret: str
+    run_id: uuid.UUID
+    workflow_name: str
+    event_type: str
+    payload: JsonValue
+    created_at: datetime
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    dead_lettered_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed delivery attempt: retry after ``retry_in``, or dead-letter it (None)."""
+
+    id: int
+    attempts: int  # the claim's count: a stale relay's report matches nothing
+    error: str
+    retry_in: timedelta | None
+
+
+async def publish(conn: AsyncConnection, events: Sequence[Event]) -> None:
+    """Write each event once per endpoint subscribed to its type and its run's workflow
+    (decider loop: ``Batch.write`` for starts and finishes, ``DeciderLoop._failed`` for a
+    quarantine), in the caller's transaction — the transition and its event commit or
+    roll back together. One ``INSERT ... SELECT`` over ``unnest``: the endpoints are a
+    handful of rows read whole, the run's workflow comes from the ``runs`` primary key
+    (one partition per run). With no endpoint subscribed it inserts nothing."""
+    if not events:
+        return
+    await conn.execute(
+        _publish_statement(),
+        {
+            "event_ids": [e.event_id for e in events],
+            "run_ids": [e.run_id for e in events],
+            "types": [e.type for e in events],
+            "payloads": [JSON_VALUE.dump_text(e.payload) for e in events],
+        },
+    )
+
+
+@cache
+def _publish_statement() -> Any:
+    given = rows_of(
+        "given",
+        event_id=uuid_array("event_ids"),
+        run_id=uuid_array("run_ids"),
+        type=text_array("types"),
+        payload=text_array("payloads"),
+    )
+    rows = (
+        select(
+            given.c.event_id,
+            WebhookEndpoints.id,
+            given.c.run_id,
+            Runs.workflow_name,
+            given.c.type,
+            cast(given.c.payload, JSONB),
+        )
+        .select_from(given)
+        .join(Runs.table, Runs.id == given.c.run_id)
+        .join(
+            WebhookEndpoints.table,
+            (given.c.type == any_(WebhookEndpoints.event_types))
+            & or_(
+                WebhookEndpoints.workflows.is_(None),
+                Runs.workflow_name == any_(WebhookEndpoints.workflows),
+            ),
+        )
+        .order_by(given.c.event_id, WebhookEndpoints.id)
+    )
+    return insert(Outbox.table).from_select(
+        ["event_id", "endpoint_id", "run_id", "workflow_name", "event_type", "payload"], rows
+    )
+
+
+def _delivery_columns() -> tuple[Any, ...]:
+    return (
+        Outbox.id,
+        Outbox.event_id,
+        Outbox.endpoint_id,
+        WebhookEndpoints.url,
+        WebhookEndpoints.secret,
+        Outbox.run_id,
+        Outbox.workflow_name,
+        Outbox.event_type,
+        Outbox.payload,
+        Outbox.created_at,
+        Outbox.attempts,
+        Outbox.next_attempt_at,
+        Outbox.last_error,
+        Outbox.dead_lettered_at,
+    )
+
+
+async def claim(conn: AsyncConnection, limit: int, lease: timedelta) -> list[Delivery]:
+    """Claim up to ``limit`` due deliveries, oldest first (relay loop): lock them ``FOR
+    UPDATE SKIP LOCKED`` in a materialized CTE, then, by primary key, count the attempt
+    and push ``next_attempt_at`` a ``lease`` ahead — the lease: a relay killed mid-delivery
+    leaves the row due again once it passes, so nothing is lost (and the receiver may see
+    the event twice, with the same event id). Commit at once: no transaction stays open
+    across HTTP. Served by the partial index ``ix_outbox_relay_due``."""
+    result = await conn.execute(_claim_statement(), {"limit": limit, "lease": lease})
+    return sorted((Delivery(*row) for row in result.all()), key=lambda d: d.id)
+
+
+@cache
+def _claim_statement() -> Any:
+    due = (
+        select(Outbox.id)
+        .where(Outbox.dead_lettered_at.is_(None), Outbox.next_attempt_at <= func.now())
+        .order_by(Outbox.next_attempt_at)
+        .limit(bindparam("limit", type_=Integer()))
+    )
+    claimed = locked(due, "claimed")
+    return (
+        update(Outbox.table)
+        .where(Outbox.id == claimed.c.id, WebhookEndpoints.id == Outbox.endpoint_id)
+        .values(
+            attempts=Outbox.attempts + 1,
+            next_attempt_at=func.now() + bindparam("lease", type_=Interval()),
+        )
+        .returning(*_delivery_columns())
+    )
+
+
+async def delivered(conn: AsyncConnection, ids: Sequence[int]) -> None:
+    """Forget delivered rows (relay loop, after a 2xx). Primary key."""
+    if ids:
+        await conn.execute(_delivered_statement(), {"ids": list(ids)})
+
+
+@cache
+def _delivered_statement() -> Any:
+    return delete(Outbox.table).where(
+        in_array(Outbox.id, bindparam("ids", type_=ARRAY(BigInteger())))
+    )
+
+
+async def failed(conn: AsyncConnection, failures: Sequence[Failure]) -> None:
+    """Record failed attempts (relay loop): each row is due again after its back-off, or
+    dead-lettered when its budget is spent. Fenced by the claim's attempt count, so the
+    report of a relay whose lease ran out (and whose row was claimed again) changes
+    nothing. One ``UPDATE ... FROM unnest`` by primary key."""
+    if failures:
+        await conn.execute(
+            _failed_statement(),
+            {
+                "failed_ids": [f.id for f in failures],
+                "claimed_attempts": [f.attempts for f in failures],
+                "errors": [f.error for f in failures],
+                "delays": [
+                    None if f.retry_in is None else f.retry_in.total_seconds() for f in failures
+                ],
+            },
+        )
+
+
+@cache
+def _failed_statement() -> Any:
+    given = rows_of(
+        "given",
+        id=bindparam("failed_ids", type_=ARRAY(BigInteger())),
+        attempts=bindparam("claimed_attempts", type_=ARRAY(Integer())),
+        error=text_array("errors"),
+        delay=bindparam("delays", type_=ARRAY(Float())),
+    )
+    return (
+        update(Outbox.table)
+        .where(
+            Outbox.id == given.c.id,
+            Outbox.attempts == given.c.attempts,
+            Outbox.dead_lettered_at.is_(None),
+        )
+        .values(
+            last_error=given.c.error,
+            next_attempt_at=case(
+                (given.c.delay.is_(None), Outbox.next_attempt_at),
+                else_=func.now() + given.c.delay * literal_column("interval '1 second'"),
+            ),
+            dead_lettered_at=case((given.c.delay.is_(None), func.now()), else_=null()),
+        )
+    )
+
+
+async def entries(conn: AsyncConnection, *, dead: bool, limit: int) -> list[Delivery]:
+    """Dead letters, newest first, or deliveries still pending, next due first (``legato
+    outbox list [--pending]``). Served by ``ix_outbox_dead_letter`` or
+    ``ix_outbox_relay_due``."""
+    query = select(*_delivery_columns()).join(
+        WebhookEndpoints.table, WebhookEndpoints.id == Outbox.endpoint_id
+    )
+    if dead:
+        query = query.where(Outbox.dead_lettered_at.is_not(None)).order_by(
+            Outbox.dead_lettered_at.desc(), Outbox.id.desc()
+        )
+    else:
+        query = query.where(Outbox.dead_lettered_at.is_(None)).order_by(
+            Outbox.next_attempt_at, Outbox.id
+        )
+    result = await conn.execute(query.limit(limit))
+    return [Delivery(*row) for row in result.all()]
+
+
+async def get(conn: AsyncConnection, delivery_id: int) -> Delivery | None:
+    """One delivery (``legato outbox show``). Primary key."""
+    result = await conn.execute(
+        select(*_delivery_columns())
+        .join(WebhookEndpoints.table, WebhookEndpoints.id == Outbox.endpoint_id)
+        .where(Outbox.id == delivery_id)
+    )
+    row = result.one_or_none()
+    return None if row is None else Delivery(*row)
+
+
+async def replay(conn: AsyncConnection, ids: Sequence[int] | None) -> list[int]:
+    """Make dead letters due now with a fresh attempt budget (``legato outbox replay``):
+    those of ``ids``, or every one (None); returns the ids replayed. The last error is
+    kept until the next attempt. Primary key, or ``ix_outbox_dead_letter`` for all."""
+    statement = update(Outbox.table).where(Outbox.dead_lettered_at.is_not(None))
+    if ids is not None:
+        statement = statement.where(
+            in_array(Outbox.id, bindparam("ids", list(ids), type_=ARRAY(BigInteger())))
+        )
+    result = await conn.execute(
+        statement.values(dead_lettered_at=None, attempts=0, next_attempt_at=func.now()).returning(
+            Outbox.id
+        )
+    )
+    return sorted(result.scalars().all())
+
+
+async def add_endpoint(
+    conn: AsyncConnection,
+    url: str,
+    secret: str,
+    event_types: Sequence[str],
+    workflows: Sequence[str] | None,
+) -> int:
+    """Store an endpoint (``legato webhooks add``); its id. Events written from now on
+    reach it; earlier ones do not."""
+    result = await conn.execute(
+        insert(WebhookEndpoints.table)
+        .values(
+            url=url,
+            secret=secret,
+            event_types=list(event_types),
+            workflows=None if workflows is None else list(workflows),
+        )
+        .returning(WebhookEndpoints.id)
+    )
+    return int(result.scalar_one())
+
+
+async def endpoints(conn: AsyncConnection) -> list[Endpoint]:
+    """Every endpoint, oldest first (``legato webhooks list``). Primary key."""
+    result = await conn.execute(
+        select(
+            WebhookEndpoints.id,
+            WebhookEndpoints.url,
+            WebhookEndpoints.secret,
+            WebhookEndpoints.event_types,
+            WebhookEndpoints.workflows,
+            WebhookEndpoints.created_at,
+        ).order_by(WebhookEndpoints.id)
+    )
+    return [
+        Endpoint(id, url, secret, tuple(types), None if flows is None else tuple(flows), created_at)
+        for id, url, secret, types, flows, created_at in result.all()
+    ]
+
+
+async def remove_endpoint(conn: AsyncConnection, endpoint_id: int) -> bool:
+    """Delete an endpoint and, by the foreign key's cascade, its undelivered rows and dead
+    letters (``legato webhooks remove``); False if there was none. Primary key (the
+    cascade scans ``outbox``, which holds only undelivered work)."""
+    result = await conn.execute(
+        delete(WebhookEndpoints.table)
+        .where(WebhookEndpoints.id == endpoint_id)
+        .returning(WebhookEndpoints.id)
+    )
+    return result.scalar_one_or_none() is not None

@@ -1,0 +1,227 @@
+"""Webhooks: which endpoints receive which run lifecycle events, and how a receiver
+checks that a request came from Legato.
+
+Endpoints are deployment configuration (a URL and a secret per environment), so they
+live in the database, not in code: ``legato webhooks add URL --secret ... --event
+run.failed --workflow signup`` or :func:`add_endpoint`. The relay (``legato relay``)
+delivers each event to each endpoint at least once; every request carries
+
+``Legato-Event-Id``
+    the event's id (a UUID): the same on every retry and for every endpoint — dedupe on it.
+``Legato-Event-Type``
+    e.g. ``run.succeeded``.
+``Legato-Timestamp``
+    when this attempt was signed, in Unix seconds.
+``Legato-Signature``
+    ``v1=`` and the hex HMAC-SHA256, keyed by the endpoint's secret, of
+    ``<timestamp>.<raw body>``.
+
+A receiver calls :func:`verify` on the raw body before trusting it::
+
+    event = legato.webhooks.verify(SECRET, await request.body(), request.headers)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+from urllib.parse import urlsplit
+
+from pydantic import JsonValue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato.engine.repositories import outbox
+from legato.engine.repositories.outbox import Delivery, Endpoint
+from legato.errors import InvalidSignature, InvalidWebhook, WebhookNotFound
+
+EVENT_ID_HEADER = "Legato-Event-Id"
+EVENT_TYPE_HEADER = "Legato-Event-Type"
+TIMESTAMP_HEADER = "Legato-Timestamp"
+SIGNATURE_HEADER = "Legato-Signature"
+SIGNATURE_VERSION = "v1"
+DEFAULT_TOLERANCE = 300.0  # seconds a signed request stays acceptable
+MAX_URL_CHARS = 2048
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "EVENT_ID_HEADER",
+    "EVENT_TYPE_HEADER",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "Delivery",
+    "Endpoint",
+    "EventType",
+    "add_endpoint",
+    "dead_letters",
+    "delivery",
+    "list_endpoints",
+    "remove_endpoint",
+    "replay",
+    "sign",
+    "verify",
+]
+
+
+class EventType(StrEnum):
+    """The run lifecycle events an endpoint can subscribe to."""
+
+    STARTED = "run.started"  # the run's first decision
+    SUCCEEDED = "run.succeeded"
+    FAILED = "run.failed"
+    CANCELLED = "run.cancelled"
+    TIMED_OUT = "run.timed_out"  # failed because an attempt or an event wait timed out
+    QUARANTINED = "run.quarantined"  # its decisions kept failing; parked until resumed
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``Legato-Signature`` value of ``body`` signed at ``timestamp``."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
+
+
+def verify(
+    secret: str,
+    body: bytes | str,
+    headers: Mapping[str, str],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    now: float | None = None,
+) -> dict[str, JsonValue]:
+    """The event of a webhook request, once its signature proves it was sent with
+    ``secret`` within ``tolerance`` seconds of ``now`` (default: the clock).
+
+    ``body`` is the raw request body, exactly as received (not re-serialized JSON);
+    ``headers`` any mapping of header names (matched case-insensitively) to values.
+    Raises ``InvalidSignature`` for a missing or wrong signature or a stale timestamp.
+    """
+    raw = body.encode() if isinstance(body, str) else body
+    given = {name.lower(): value for name, value in headers.items()}
+    stamp = given.get(TIMESTAMP_HEADER.lower())
+    signature = given.get(SIGNATURE_HEADER.lower())
+    if stamp is None or signature is None:
+        raise InvalidSignature(
+            f"the request has no {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header: "
+            "it was not sent by the Legato relay"
+        )
+    try:
+        timestamp = int(stamp)
+    except ValueError:
+        raise InvalidSignature(f"{TIMESTAMP_HEADER} {stamp[:40]!r} is not Unix seconds") from None
+    age = (time.time() if now is None else now) - timestamp
+    if abs(age) > tolerance:
+        raise InvalidSignature(
+            f"{TIMESTAMP_HEADER} is {age:.0f}s away from now (tolerance {tolerance:.0f}s): "
+            "a replayed request, or a clock out of sync"
+        )
+    if not hmac.compare_digest(sign(secret, timestamp, raw), signature.strip()):
+        raise InvalidSignature(
+            f"{SIGNATURE_HEADER} does not match the body: a different secret, or a body "
+            "changed after signing (verify the raw bytes received)"
+        )
+    event = json.loads(raw)
+    if not isinstance(event, dict):
+        raise InvalidSignature("the signed body is not a JSON object")
+    return event
+
+
+def check_endpoint(
+    url: str, secret: str, events: Iterable[str] | None, workflows: Iterable[str] | None
+) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """The endpoint's event types (every one when ``events`` is None) and workflows, or
+    ``InvalidWebhook`` naming what is wrong; pure."""
+    if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
+        raise InvalidWebhook(f"webhook URL must be a string of at most {MAX_URL_CHARS} characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise InvalidWebhook(
+            f"webhook URL {url[:80]!r} is not an absolute http:// or https:// URL "
+            "(e.g. https://hooks.example.com/legato)"
+        )
+    if not isinstance(secret, str) or not secret.strip():
+        raise InvalidWebhook(
+            "webhook secret must not be empty: receivers verify signatures with it "
+            "(e.g. `openssl rand -hex 32`)"
+        )
+    known = [e.value for e in EventType]
+    chosen = tuple(known) if events is None else tuple(dict.fromkeys(events))
+    unknown = [e for e in chosen if e not in known]
+    if unknown or not chosen:
+        problem = f"unknown webhook event type {unknown[0]!r}" if unknown else "no event types"
+        raise InvalidWebhook(f"{problem}: choose from {', '.join(known)}")
+    names = None if workflows is None else tuple(dict.fromkeys(workflows))
+    if names is not None and (not names or any(not n.strip() for n in names)):
+        raise InvalidWebhook("webhook workflow names must not be empty; omit them for every one")
+    return chosen, names
+
+
+async def add_endpoint(
+    engine: AsyncEngine,
+    url: str,
+    secret: str,
+    *,
+    events: Iterable[str] | None = None,
+    workflows: Iterable[str] | None = None,
+) -> int:
+    """Subscribe ``url`` to ``events`` (default: every ``EventType``) of ``workflows``
+    (default: every workflow); returns the endpoint's id. Events written from now on
+    reach it. Raises ``InvalidWebhook`` (before writing anything) for a bad URL, an empty
+    secret, an unknown event type."""
+    types, names = check_endpoint(url, secret, events, workflows)
+    async with engine.begin() as conn:
+        return await outbox.add_endpoint(conn, url, secret, types, names)
+
+
+async def list_endpoints(engine: AsyncEngine) -> list[Endpoint]:
+    """Every endpoint, oldest first."""
+    async with engine.connect() as conn:
+        return await outbox.endpoints(conn)
+
+
+async def remove_endpoint(engine: AsyncEngine, endpoint_id: int) -> None:
+    """Unsubscribe an endpoint, dropping its undelivered events and dead letters. Raises
+    ``WebhookNotFound``."""
+    async with engine.begin() as conn:
+        if not await outbox.remove_endpoint(conn, endpoint_id):
+            raise WebhookNotFound(
+                f"no webhook endpoint {endpoint_id}: see `legato webhooks list` for the ids"
+            )
+
+
+async def dead_letters(
+    engine: AsyncEngine, limit: int = 50, *, pending: bool = False
+) -> list[Delivery]:
+    """Dead-lettered deliveries, newest first (or, with ``pending``, those still being
+    tried, next due first)."""
+    async with engine.connect() as conn:
+        return await outbox.entries(conn, dead=not pending, limit=limit)
+
+
+async def delivery(engine: AsyncEngine, delivery_id: int) -> Delivery:
+    """One delivery (pending or dead). Raises ``WebhookNotFound`` (a delivered one is
+    deleted)."""
+    async with engine.connect() as conn:
+        found = await outbox.get(conn, delivery_id)
+    if found is None:
+        raise WebhookNotFound(
+            f"no outbox delivery {delivery_id}: it was delivered (and deleted) or never "
+            "existed; see `legato outbox list`"
+        )
+    return found
+
+
+async def replay(engine: AsyncEngine, delivery_ids: Sequence[int] | None = None) -> list[int]:
+    """Deliver dead letters again, with a fresh attempt budget: ``delivery_ids``, or every
+    dead letter (None). Returns the ids replayed; raises ``WebhookNotFound`` (replaying
+    none) when one of ``delivery_ids`` is not a dead letter."""
+    async with engine.begin() as conn:
+        replayed = await outbox.replay(conn, delivery_ids)
+        missing = sorted(set(delivery_ids or ()) - set(replayed))
+        if missing:  # raised inside the transaction: it rolls back, replaying none
+            raise WebhookNotFound(
+                f"outbox delivery {missing[0]} is not a dead letter: see `legato outbox list`"
+            )
+    return replayed
