@@ -101,6 +101,20 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _check_transactional(label: str, transactional: object, limit: timedelta | None) -> bool:
+    if not isinstance(transactional, bool):
+        raise TaskDefinitionError(f"{label}: transactional={transactional!r} must be True or False")
+    if transactional and limit is None:
+        # The attempt holds a connection and the row locks of its writes until it
+        # returns: an unbounded body would hold them for ever.
+        raise TaskDefinitionError(
+            f"{label}: transactional=True needs start_to_close (e.g. "
+            "start_to_close=timedelta(seconds=10)), which bounds how long its transaction "
+            "holds a connection and row locks"
+        )
+    return transactional
+
+
 def adapter_for(tp: object) -> TypeAdapter[object]:
     """A TypeAdapter for a runtime annotation (a class, ``list[X]``, a union...)."""
     # Annotations read at runtime are plain objects; pydantic validates them itself.
@@ -125,6 +139,7 @@ class TaskDefinition:
         schedule_to_start: timedelta | None,
         start_to_close: timedelta | None,
         heartbeat: timedelta | None,
+        transactional: bool = False,
     ) -> None:
         label = f"task {getattr(fn, '__qualname__', repr(fn))}"
         self.fn = fn
@@ -147,6 +162,7 @@ class TaskDefinition:
             f"{label}: start_to_close", start_to_close, TaskDefinitionError
         )
         self.heartbeat = check_timeout(f"{label}: heartbeat", heartbeat, TaskDefinitionError)
+        self.transactional = _check_transactional(label, transactional, self.start_to_close)
         self._params = tuple(adapter_for(t) for t in self.param_types)
         self._result = adapter_for(self.return_type)
         self.spec = TaskSpec(
@@ -273,6 +289,7 @@ class _TaskDecorator:
     start_to_close: timedelta | None
     heartbeat: timedelta | None
     priority: int
+    transactional: bool
 
     @overload
     def __call__(self, fn: Callable[[TaskContext], Awaitable[R]], /) -> Task0[R]: ...
@@ -311,6 +328,7 @@ class _TaskDecorator:
             schedule_to_start=self.schedule_to_start,
             start_to_close=self.start_to_close,
             heartbeat=self.heartbeat,
+            transactional=self.transactional,
         )
 
 
@@ -323,6 +341,7 @@ def task(
     start_to_close: timedelta | None = None,
     heartbeat: timedelta | None = None,
     priority: int = 0,
+    transactional: bool = False,
 ) -> _TaskDecorator:
     """Register an async function ``(ctx: TaskContext, *inputs) -> R`` as a task.
 
@@ -331,6 +350,11 @@ def task(
     of range (a name or queue breaking the name rules, a timeout that is not a
     positive ``timedelta``), this raises :class:`TaskDefinitionError` naming the
     function and the option.
+
+    ``transactional=True`` (which needs ``start_to_close``) runs the body inside a
+    transaction on Legato's database, reachable as ``ctx.connection``; the worker
+    applies the attempt's completion in that transaction, so the body's writes and its
+    completion commit together or not at all.
     """
     return _TaskDecorator(
         name=name,
@@ -340,4 +364,5 @@ def task(
         start_to_close=start_to_close,
         heartbeat=heartbeat,
         priority=priority,
+        transactional=transactional,
     )
