@@ -104,6 +104,12 @@ async def book_plain(ctx: TaskContext, amount: int) -> int:
     return first
 
 
+async def dispose_ledger_engines() -> None:
+    for engine in _LEDGER_ENGINES.values():
+        await engine.dispose()
+    _LEDGER_ENGINES.clear()
+
+
 # In-process tests hold attempt 1 of ``held`` here: ``entered`` is set once its write is
 # made, and it returns when ``release`` is set.
 @dataclass
