@@ -113,6 +113,18 @@ async def test_a_superseded_attempt_commits_nothing(
     assert [e.type for e in details.history].count("task_completed") == 1
 
 
+async def test_a_body_that_commits_itself_fails_without_retry(
+    engine: AsyncEngine, tx_client: Client, tx_runtime: Runtime
+) -> None:
+    handle = await tx_client.start(txflows.commits_itself_flow, 10)
+    with pytest.raises(RunFailed, match="TransactionEnded"):
+        await handle.result(timeout=20)
+    # What it committed itself stays: the guarantee is gone, and the error says why.
+    assert [(step, attempt) for _, step, attempt in await ledger_rows(engine, handle.run_id)] == [
+        (1, 1)
+    ]
+
+
 async def test_ctx_connection_in_a_plain_task_fails_the_attempt(
     tx_client: Client, tx_runtime: Runtime
 ) -> None:

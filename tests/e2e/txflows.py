@@ -139,6 +139,13 @@ async def fails_once(ctx: TaskContext, amount: int) -> int:
     return first
 
 
+@task(transactional=True, start_to_close=timedelta(seconds=30), retry=_QUICK_RETRY)
+async def commits_itself(ctx: TaskContext, amount: int) -> int:
+    first = await _insert(ctx.connection, ctx, 1)
+    await ctx.connection.commit()
+    return first
+
+
 @task(retry=Retry(attempts=1))
 async def not_transactional(ctx: TaskContext, amount: int) -> int:
     return await _insert(ctx.connection, ctx, 1)
@@ -164,11 +171,23 @@ def fails_once_flow(flow: Flow[int]) -> Node[int]:
     return flow.run(fails_once, flow.input)
 
 
+@workflow("tx_commits_itself")
+def commits_itself_flow(flow: Flow[int]) -> Node[int]:
+    return flow.run(commits_itself, flow.input)
+
+
 @workflow("tx_not_transactional")
 def not_transactional_flow(flow: Flow[int]) -> Node[int]:
     return flow.run(not_transactional, flow.input)
 
 
 app = App(
-    workflows=[book_flow, book_plain_flow, held_flow, fails_once_flow, not_transactional_flow]
+    workflows=[
+        book_flow,
+        book_plain_flow,
+        held_flow,
+        fails_once_flow,
+        commits_itself_flow,
+        not_transactional_flow,
+    ]
 )
