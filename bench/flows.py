@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from pydantic import BaseModel
 
@@ -11,6 +12,12 @@ from legato import App, Flow, Node, TaskContext, task, workflow
 
 @task()
 async def noop(ctx: TaskContext, value: int) -> int:
+    return value
+
+
+@task(transactional=True, start_to_close=timedelta(seconds=30))
+async def noop_tx(ctx: TaskContext, value: int) -> int:
+    """A transactional no-op: what the engine's transactional path costs by itself."""
     return value
 
 
@@ -45,6 +52,12 @@ def one(flow: Flow[int]) -> Node[int]:
     return flow.run(noop, flow.input)
 
 
+@workflow("bench_one_tx")
+def one_tx(flow: Flow[int]) -> Node[int]:
+    """e2e-1, transactional: one transactional no-op task."""
+    return flow.run(noop_tx, flow.input)
+
+
 @workflow("bench_chain3")
 def chain3(flow: Flow[int]) -> Node[int]:
     """e2e-3: three no-op tasks in a chain."""
@@ -65,4 +78,4 @@ def wake(flow: Flow[int]) -> Node[float]:
     return flow.run(stamp_go, first, go)
 
 
-app = App(workflows=[one, chain3, fanout10, wake])
+app = App(workflows=[one, one_tx, chain3, fanout10, wake])

@@ -7,14 +7,14 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bench.flows import Go, app, chain3, fanout10, one, wake
+from bench.flows import Go, app, chain3, fanout10, one, one_tx, wake
 from bench.harness import Figure, Server, percentile
 from bench.procs import Fleet
 from legato import App, Client, Workflow
@@ -209,7 +209,24 @@ async def scenario_e2e_1(server: Server, opts: Options) -> list[Figure]:
             saturated = d
     assert saturated is not None
     figures.append(commit_figure(saturated, n))
+    figures.append(await _e2e_1_transactional(server, opts, n))
     return figures
+
+
+# A transactional attempt holds one of its worker's pooled connections (20 by default)
+# while it runs: more slots than connections would only queue them on the pool.
+TRANSACTIONAL_CONCURRENCY = 16
+
+
+async def _e2e_1_transactional(server: Server, opts: Options, n: int) -> Figure:
+    """The one-task workflow whose task is transactional, a worker and decider per core."""
+    tx_opts = replace(opts, concurrency=min(opts.concurrency, TRANSACTIONAL_CONCURRENCY))
+    cores = opts.cores
+    d = await drain(server, tx_opts, one_tx, n, workers=cores, deciders=cores, label="e2e1-tx")
+    settings = _drained_settings(d, n)
+    settings["commits per wf"] = round(d.commits_per_wf, 2)
+    settings["concurrency"] = tx_opts.concurrency
+    return Figure("e2e-1", "transactional task, worker per core", d.rate, "wf/s", settings)
 
 
 def commit_figure(d: Drained, n: int) -> Figure:

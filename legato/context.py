@@ -6,8 +6,13 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from legato.errors import NotTransactional
 from legato.observability.logs import ContextAdapter, attempt_context
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 _task_log = logging.getLogger("legato.task")
 
@@ -30,6 +35,9 @@ class TaskContext:
 
     ``logger`` logs through ``legato.task`` with the attempt's context in every record's
     ``extra`` (``run_id``, ``workflow``, ``node``, ``iteration``, ``attempt``, ``task``).
+
+    ``connection`` is the open transaction of a transactional task
+    (``@task(transactional=True)``); other tasks raise ``NotTransactional``.
     """
 
     run_id: uuid.UUID
@@ -40,9 +48,23 @@ class TaskContext:
     attempt: int = 1
     task: str | None = None
     _heartbeat: Callable[[], Awaitable[None]] = field(default=_no_heartbeat, repr=False)
+    _connection: AsyncConnection | None = field(default=None, repr=False)
 
     async def heartbeat(self) -> None:
         await self._heartbeat()
+
+    @property
+    def connection(self) -> AsyncConnection:
+        """The attempt's connection to Legato's database, inside the transaction in which
+        the worker will record the attempt's completion. Write with it, never commit or
+        roll it back (``begin_nested()`` savepoints are fine)."""
+        if self._connection is None:
+            raise NotTransactional(
+                f"task {self.task!r} is not transactional, so ctx.connection does not exist: "
+                "declare it with @task(transactional=True, start_to_close=...) to run it in "
+                "a transaction on Legato's database"
+            )
+        return self._connection
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:

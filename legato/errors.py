@@ -41,6 +41,10 @@ class TaskDefinitionError(LegatoError, TypeError):
     """A task function or option that cannot be registered; the message names the function."""
 
 
+class NotTransactional(LegatoError):
+    """``ctx.connection`` read in a task not declared ``@task(transactional=True)``."""
+
+
 class InvalidArgument(LegatoError, ValueError):
     """A Client argument of the wrong type or out of range: a name, idempotency key,
     limit, timeout or time."""

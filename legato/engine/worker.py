@@ -3,7 +3,9 @@ keep their leases alive, and report results in batches.
 
 Reports are buffered and flushed together every few milliseconds (or when a batch
 fills): one transaction upserts the runs' decide rows (in run-id order), applies the
-fenced task updates and deletes the queue rows — see ``legato.engine.reports``.
+fenced task updates and deletes the queue rows — see ``legato.engine.reports``. A
+transactional task's completion is the exception: it is applied in the body's own
+transaction (``Worker._run_transactional``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import socket
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from pydantic import JsonValue
@@ -35,7 +37,7 @@ from legato.engine.loops import (
     traceback_at_debug,
 )
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import notify, task_queue, tasks
+from legato.engine.repositories import notify, task_queue, tasks, transactions
 from legato.errors import ConfigurationError, InvalidOutput, OutputTooLarge
 from legato.flow import App, TaskDefinition
 from legato.limits import (
@@ -212,7 +214,6 @@ class Worker(Loop):
 
     async def _execute(self, flight: _InFlight) -> None:
         item = flight.claimed
-        definition = flight.definition
 
         async def heartbeat() -> None:
             if flight.lost:
@@ -229,6 +230,19 @@ class Worker(Loop):
             task=item.task_name,
             _heartbeat=heartbeat,
         )
+        if flight.definition.transactional:
+            report = await self._run_transactional(flight, ctx)
+        else:
+            report = await self._attempt(flight, ctx)
+        if report is not None:
+            self._reports.append(report)
+            self._flush_wanted.set()
+
+    async def _attempt(self, flight: _InFlight, ctx: TaskContext) -> Report | None:
+        """Run the body once; the report of its outcome, or None when there is nothing to
+        report (the attempt was taken away, or is released because the worker stops)."""
+        item = flight.claimed
+        definition = flight.definition
         output: JsonValue = None
         error: TaskError | None = None
         timed_out = False
@@ -243,9 +257,9 @@ class Worker(Loop):
         except asyncio.CancelledError:
             if flight.lost:
                 self._inflight.pop(item.task_id, None)
-                return  # cancelled or timed out: nothing to report
+                return None  # cancelled or timed out: nothing to report
             if self.stopping:
-                return  # released by on_stop so another worker takes it at once
+                return None  # released by on_stop so another worker takes it at once
             raise
         except TimeoutError as exc:
             if deadline.expired():
@@ -263,26 +277,59 @@ class Worker(Loop):
                 output = None
         if flight.lost:
             self._inflight.pop(item.task_id, None)
-            return
-        self._reports.append(
-            Report(
-                tasks.Transition(
-                    run_id=item.run_id,
-                    task_id=item.task_id,
-                    attempt=item.attempt,
-                    state=TaskState.COMPLETED
-                    if error is None
-                    else TaskState.TIMED_OUT
-                    if timed_out
-                    else TaskState.FAILED,
-                    output=output,
-                    error=error,
-                    from_states=(TaskState.RUNNING,),
-                ),
-                queue_key=(item.queue, item.task_id),
-            )
+            return None
+        state = (
+            TaskState.COMPLETED
+            if error is None
+            else TaskState.TIMED_OUT
+            if timed_out
+            else TaskState.FAILED
         )
-        self._flush_wanted.set()
+        return _report(item, state, output, error)
+
+    async def _run_transactional(self, flight: _InFlight, ctx: TaskContext) -> Report | None:
+        """Run a transactional task's body in a transaction on Legato's database and apply
+        its completion in that transaction, so the body's writes and the completion commit
+        once, together, or not at all.
+
+        A body that fails has its writes rolled back and its failure reported as usual
+        (retried per its policy). A completion whose fence matches nothing — the lease
+        expired and the attempt was timed out, maybe retried elsewhere — rolls the whole
+        transaction back. A completion or commit that fails is reported as a failure of
+        the attempt; its fence makes that harmless if the commit did happen.
+        """
+        item = flight.claimed
+        definition = flight.definition
+        assert definition.start_to_close is not None  # @task requires it
+        try:
+            async with self.engine.connect() as conn, conn.begin() as transaction:
+                await transactions.bound(conn, definition.start_to_close)
+                report = await self._attempt(flight, replace(ctx, _connection=conn))
+                if report is None or report.move.state != TaskState.COMPLETED:
+                    await transaction.rollback()
+                    return report
+                if not transaction.is_active:
+                    return _report(item, TaskState.FAILED, None, _ENDED_BY_TASK)
+                if not await apply_reports(conn, [report], "task finished"):
+                    raise _Superseded
+        except _Superseded:
+            log.warning(
+                "attempt %d of %r was superseded (its lease expired) before it committed: "
+                "its writes were rolled back",
+                item.attempt,
+                item.task_name,
+                extra=hooks.context_of(item),
+            )
+            self._inflight.pop(item.task_id, None)
+            return None
+        except Exception as exc:
+            if flight.lost:
+                self._inflight.pop(item.task_id, None)
+                return None
+            error = error_of(exc, definition.is_retryable(exc))
+            return _report(item, TaskState.FAILED, None, error)
+        self._finished([item.task_id])
+        return None
 
     async def _flusher(self) -> None:
         while True:
@@ -321,12 +368,16 @@ class Worker(Loop):
         if self._report_backoff:
             log.info("reporting works again")
             self._report_backoff = 0.0
-        for report in batch:
-            self._inflight.pop(report.move.task_id, None)
-        self.completed += len(batch)
+        self._finished([report.move.task_id for report in batch])
+        return True
+
+    def _finished(self, task_ids: list[uuid.UUID]) -> None:
+        """Free the slots of attempts whose outcome is committed."""
+        for task_id in task_ids:
+            self._inflight.pop(task_id, None)
+        self.completed += len(task_ids)
         if self._saturated and self._wake is not None:
             self._wake.set()  # slots are free and work was left behind: claim again
-        return True
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -423,6 +474,37 @@ class Worker(Loop):
     @property
     def schema_name(self) -> str:
         return str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
+
+
+class _Superseded(Exception):
+    """A transactional completion's fence matched nothing: roll the transaction back."""
+
+
+_ENDED_BY_TASK = TaskError(
+    type="TransactionEnded",
+    message="the transactional task committed or rolled back ctx.connection's transaction "
+    "itself, so its completion cannot be applied with its writes: never call commit() or "
+    "rollback() on ctx.connection (use begin_nested() for a savepoint)",
+    retryable=False,
+)
+
+
+def _report(
+    item: task_queue.Claimed, state: TaskState, output: JsonValue, error: TaskError | None
+) -> Report:
+    """The report moving a claimed attempt out of RUNNING, with its queue row."""
+    return Report(
+        tasks.Transition(
+            run_id=item.run_id,
+            task_id=item.task_id,
+            attempt=item.attempt,
+            state=state,
+            output=output,
+            error=error,
+            from_states=(TaskState.RUNNING,),
+        ),
+        queue_key=(item.queue, item.task_id),
+    )
 
 
 def _heartbeat_overdue(flight: _InFlight, now: float) -> bool:

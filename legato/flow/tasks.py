@@ -173,6 +173,18 @@ def _check_key_and_name(option: str, key: object, name: object) -> None:
         raise TaskDefinitionError(f"{option}(key={key!r}): key must be a function of the inputs")
     if name is not None:
         check_name(f"{option}: name", name, TaskDefinitionError)
+def _check_transactional(label: str, transactional: object, limit: timedelta | None) -> bool:
+    if not isinstance(transactional, bool):
+        raise TaskDefinitionError(f"{label}: transactional={transactional!r} must be True or False")
+    if transactional and limit is None:
+        # The attempt holds a connection and the row locks of its writes until it
+        # returns: an unbounded body would hold them for ever.
+        raise TaskDefinitionError(
+            f"{label}: transactional=True needs start_to_close (e.g. "
+            "start_to_close=timedelta(seconds=10)), which bounds how long its transaction "
+            "holds a connection and row locks"
+        )
+    return transactional
 
 
 def adapter_for(tp: object) -> TypeAdapter[object]:
@@ -202,6 +214,7 @@ class TaskDefinition:
         concurrency: Concurrency | None = None,
         rate_limit: RateLimit | None = None,
         cache: Cache | None = None,
+        transactional: bool = False,
     ) -> None:
         label = f"task {getattr(fn, '__qualname__', repr(fn))}"
         self.fn = fn
@@ -236,6 +249,7 @@ class TaskDefinition:
         self.concurrency = concurrency
         self.rate_limit = rate_limit
         self.cache = cache
+        self.transactional = _check_transactional(label, transactional, self.start_to_close)
         self._params = tuple(adapter_for(t) for t in self.param_types)
         self._result = adapter_for(self.return_type)
         self.spec = TaskSpec(
@@ -387,6 +401,7 @@ class _TaskDecorator:
     concurrency: Concurrency | None = None
     rate_limit: RateLimit | None = None
     cache: Cache | None = None
+    transactional: bool = False
 
     @overload
     def __call__(self, fn: Callable[[TaskContext], Awaitable[R]], /) -> Task0[R]: ...
@@ -428,6 +443,7 @@ class _TaskDecorator:
             concurrency=self.concurrency,
             rate_limit=self.rate_limit,
             cache=self.cache,
+            transactional=self.transactional,
         )
 
 
@@ -443,6 +459,7 @@ def task(
     concurrency: Concurrency | None = None,
     rate_limit: RateLimit | None = None,
     cache: Cache | None = None,
+    transactional: bool = False,
 ) -> _TaskDecorator:
     """Register an async function ``(ctx: TaskContext, *inputs) -> R`` as a task.
 
@@ -455,6 +472,10 @@ def task(
     ``concurrency``, ``rate_limit`` and ``cache`` are enforced by the workers (see
     docs/flows.md): they change when an attempt starts, or whether it runs at all,
     never the workflow's spec.
+    ``transactional=True`` (which needs ``start_to_close``) runs the body inside a
+    transaction on Legato's database, reachable as ``ctx.connection``; the worker
+    applies the attempt's completion in that transaction, so the body's writes and its
+    completion commit together or not at all.
     """
     return _TaskDecorator(
         name=name,
@@ -467,6 +488,7 @@ def task(
         concurrency=concurrency,
         rate_limit=rate_limit,
         cache=cache,
+        transactional=transactional,
     )
 
 

@@ -1,0 +1,171 @@
+"""kill -9 at every point of a transactional task: each run's writes land exactly once.
+
+Worker processes (``tests/e2e/txprocs.py``) stop at a chosen point of their attempt and
+say so with a marker file; the test kills them there, then a fresh worker (in the test
+process) finishes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import Client, RunHandle, Runtime
+from legato.runtime import Roles
+from tests.e2e import txflows
+from tests.e2e.test_transactional_tasks import create_ledger, ledger_rows
+from tests.helpers import ROOT, eventually
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
+POINTS = (*txflows.TRANSACTIONAL_POINTS, txflows.AFTER_COMMIT)
+ROUNDS = 6  # one victim per point in each round: 30 kills
+
+
+@pytest.fixture
+def spawn(database_url: str) -> Iterator[Spawn]:
+    """Start worker processes; any still alive are killed afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.e2e.txprocs", "--database-url", database_url, *extra],
+            cwd=ROOT,
+            env={**os.environ, txflows.LEDGER_URL_ENV: database_url},
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest_asyncio.fixture
+async def tx_client(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Client]:
+    await create_ledger(engine)
+    monkeypatch.setenv(txflows.LEDGER_URL_ENV, database_url)
+    async with Client(engine, app=txflows.app) as client:
+        yield client
+    await txflows.dispose_ledger_engines()
+
+
+@pytest_asyncio.fixture
+async def decider_and_sweeper(engine: AsyncEngine, tx_client: Client) -> AsyncIterator[None]:
+    """Decider, timers and lease sweeper in the test process; workers are processes."""
+    runtime = Runtime(engine, txflows.app, roles=Roles(worker=False), poll_interval=0.2)
+    await runtime.start()
+    yield
+    await runtime.stop()
+
+
+Start = Callable[[], Awaitable[Sequence[RunHandle[int]]]]
+
+
+async def kill_at_markers(
+    spawn: Spawn, points: list[str], marker_dir: Path, start: Start
+) -> tuple[dict[uuid.UUID, str], Sequence[RunHandle[int]]]:
+    """One single-slot victim per point; ``start`` the runs; once each victim has stopped
+    at its point, kill -9 it. Returns the point each run was killed at, and the runs."""
+    marker_dir.mkdir()  # noqa: ASYNC240 - a test's temporary directory
+    victims = [
+        (spawn("--kill-at", point, "--marker-dir", str(marker_dir), "--concurrency", "1"), point)
+        for point in points
+    ]
+    handles = await start()
+    markers = [marker_dir / str(proc.pid) for proc, _ in victims]
+    await eventually(
+        lambda: all(m.exists() for m in markers), "every victim to reach its point", timeout=60
+    )
+    killed_at: dict[uuid.UUID, str] = {}
+    for (proc, point), marker in zip(victims, markers, strict=True):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        run_id, reached = marker.read_text().split()
+        assert reached == point
+        killed_at[uuid.UUID(run_id)] = point
+    return killed_at, handles
+
+
+async def finish_with_a_fresh_worker(
+    engine: AsyncEngine, handles: Sequence[RunHandle[int]]
+) -> list[int]:
+    survivor = Runtime(
+        engine,
+        txflows.app,
+        roles=Roles(decider=False, timer=False),
+        poll_interval=0.2,
+        lease=timedelta(seconds=1),
+    )
+    await survivor.start()
+    try:
+        return [await handle.result(timeout=60) for handle in handles]
+    finally:
+        await survivor.stop()
+
+
+async def test_kill_9_anywhere_in_a_transactional_task_applies_it_exactly_once(
+    engine: AsyncEngine,
+    tx_client: Client,
+    decider_and_sweeper: None,
+    spawn: Spawn,
+    tmp_path: Path,
+) -> None:
+    order = list(POINTS) * ROUNDS
+    random.Random(15).shuffle(order)
+    killed_at: dict[uuid.UUID, str] = {}
+    outputs: dict[uuid.UUID, int] = {}
+    for round_ in range(ROUNDS):
+        points = order[round_ * len(POINTS) : (round_ + 1) * len(POINTS)]
+        inputs = list(range(len(points)))
+        killed, handles = await kill_at_markers(
+            spawn,
+            points,
+            tmp_path / str(round_),
+            lambda: tx_client.start_many(txflows.book_flow, inputs),  # noqa: B023 - awaited now
+        )
+        killed_at.update(killed)
+        finished = await finish_with_a_fresh_worker(engine, handles)
+        outputs.update(zip((h.run_id for h in handles), finished, strict=True))
+    assert sorted(killed_at.values()) == sorted(order) and set(killed_at) == set(outputs)
+    for run_id, point in killed_at.items():
+        rows = await ledger_rows(engine, run_id)
+        # Killed before its commit, attempt 1 left nothing and attempt 2 did the work;
+        # killed after it, attempt 1's commit stands and nothing ran again.
+        attempt = 1 if point == txflows.AFTER_COMMIT else 2
+        assert [(step, a) for _, step, a in rows] == [(1, attempt), (2, attempt)], point
+        assert outputs[run_id] == rows[0][0]  # the output its committed body returned
+
+
+async def test_kill_9_between_a_plain_tasks_write_and_its_report_applies_it_twice(
+    engine: AsyncEngine,
+    tx_client: Client,
+    decider_and_sweeper: None,
+    spawn: Spawn,
+    tmp_path: Path,
+) -> None:
+    async def start() -> list[RunHandle[int]]:
+        return [await tx_client.start(txflows.book_plain_flow, 1)]
+
+    killed_at, handles = await kill_at_markers(
+        spawn, [txflows.PLAIN_AFTER_WRITE], tmp_path / "m", start
+    )
+    (output,) = await finish_with_a_fresh_worker(engine, handles)
+    (run_id,) = killed_at
+    rows = await ledger_rows(engine, run_id)
+    assert [(step, attempt) for _, step, attempt in rows] == [(1, 1), (1, 2)]  # a duplicate
+    assert output == rows[1][0]

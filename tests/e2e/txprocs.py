@@ -1,0 +1,78 @@
+"""A worker process for the transactional-task kill tests:
+``python -m tests.e2e.txprocs --database-url URL [--kill-at POINT --marker-dir DIR]``.
+
+With ``--kill-at``, the process stops at POINT of its first attempt (see
+``tests/e2e/txflows.py``), leaves a marker naming the run and hangs there for the test
+to ``kill -9``: inside the task's body, just before the completion's commit (after the
+fenced completion was applied in the transaction), or just after that commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato import Runtime
+from legato.db import create_engine
+from legato.engine import reports as legato_reports
+from legato.engine import worker
+from legato.engine.reports import Report
+from legato.runtime import Roles
+from tests.e2e import txflows
+
+
+def stop_around_commit(victim: txflows.Victim) -> None:
+    apply_reports = legato_reports.apply_reports
+    finished = worker.Worker._finished
+
+    async def apply_then_stop(conn: AsyncConnection, reports: Sequence[Report], reason: str) -> int:
+        applied = await apply_reports(conn, reports, reason)
+        await victim.reached("before_commit", reports[0].move.run_id)
+        return applied
+
+    def finished_then_stop(self: worker.Worker, task_ids: list[uuid.UUID]) -> None:
+        # Called right after the commit, before the worker frees the slot.
+        (flight,) = [self._inflight[task_id] for task_id in task_ids]
+        victim.reached_blocking(txflows.AFTER_COMMIT, flight.claimed.run_id)
+        finished(self, task_ids)
+
+    worker.apply_reports = apply_then_stop  # type: ignore[attr-defined]
+    worker.Worker._finished = finished_then_stop  # type: ignore[method-assign]
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.kill_at:
+        txflows.VICTIM = txflows.Victim(args.kill_at, Path(args.marker_dir))
+        stop_around_commit(txflows.VICTIM)
+    engine = create_engine(args.database_url, "legato")
+    runtime = Runtime(
+        engine,
+        txflows.app,
+        roles=Roles(decider=False, timer=False),
+        concurrency=args.concurrency,
+        lease=timedelta(seconds=args.lease),
+        poll_interval=0.2,
+        grace_period=2.0,
+    )
+    try:
+        await runtime.run_until_signalled()
+    finally:
+        await engine.dispose()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--lease", type=float, default=1.0)
+    parser.add_argument("--kill-at")
+    parser.add_argument("--marker-dir")
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(main(parser.parse_args()))
