@@ -14,12 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from legato.client import (
-        Client,
-        RunDetails,
-        RunHandle,
-        RunPage,
-    )
+    from legato.client import Client
     from legato.context import (
         TaskCancelled,
         TaskContext,
@@ -57,11 +52,23 @@ if TYPE_CHECKING:
         task,
         workflow,
     )
+    from legato.handle import RunHandle
+    from legato.models import (
+        Attempt,
+        ErrorInfo,
+        HistoryEvent,
+        NodeFailure,
+        QuarantinedRun,
+        Run,
+        RunDetails,
+        RunPage,
+    )
     from legato.runtime import (
         Roles,
         Runtime,
     )
     from legato.schema import (
+        NodeKind,
         RunStatus,
         TaskState,
         uuid7,
@@ -73,9 +80,15 @@ if TYPE_CHECKING:
 # does not pay for the rest.
 _MODULE_OF: dict[str, str] = {
     "Client": "legato.client",
-    "RunDetails": "legato.client",
-    "RunHandle": "legato.client",
-    "RunPage": "legato.client",
+    "RunHandle": "legato.handle",
+    "Attempt": "legato.models",
+    "ErrorInfo": "legato.models",
+    "HistoryEvent": "legato.models",
+    "NodeFailure": "legato.models",
+    "QuarantinedRun": "legato.models",
+    "Run": "legato.models",
+    "RunDetails": "legato.models",
+    "RunPage": "legato.models",
     "TaskCancelled": "legato.context",
     "TaskContext": "legato.context",
     "create_engine": "legato.db",
@@ -105,6 +118,7 @@ _MODULE_OF: dict[str, str] = {
     "workflow": "legato.flow",
     "Roles": "legato.runtime",
     "Runtime": "legato.runtime",
+    "NodeKind": "legato.schema",
     "RunStatus": "legato.schema",
     "TaskState": "legato.schema",
     "uuid7": "legato.schema",
@@ -118,11 +132,14 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "App",
+    "Attempt",
     "Client",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "ErrorInfo",
     "FailureInfo",
     "Flow",
+    "HistoryEvent",
     "IncompatibleDatabase",
     "InvalidArgument",
     "InvalidInput",
@@ -131,10 +148,14 @@ __all__ = [
     "LegatoError",
     "LoopFailed",
     "Node",
+    "NodeFailure",
+    "NodeKind",
     "OutputTooLarge",
     "PayloadTooLarge",
+    "QuarantinedRun",
     "Retry",
     "Roles",
+    "Run",
     "RunAlreadyExists",
     "RunDetails",
     "RunFailed",

@@ -132,5 +132,3 @@ def workflow(name: str) -> _WorkflowDecorator:
     if not name:
         raise SpecError("a workflow needs a non-empty name")
     return _WorkflowDecorator(name)
-
-

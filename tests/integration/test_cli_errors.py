@@ -98,6 +98,7 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("deploy",): ("--app", "examples.signup:app"),
     ("runs", "list"): (),
     ("runs", "show"): (RUN,),
+    ("runs", "resume"): (RUN,),
     ("runs", "watch"): (RUN,),
     ("runs", "start"): ("signup", "--input", EMAIL),
     ("runs", "signal"): (RUN, "signup.confirmed"),
