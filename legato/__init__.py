@@ -14,12 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from legato.client import (
-        Client,
-        RunDetails,
-        RunHandle,
-        RunPage,
-    )
+    from legato.client import Client
     from legato.context import (
         TaskCancelled,
         TaskContext,
@@ -66,12 +61,24 @@ if TYPE_CHECKING:
         task,
         workflow,
     )
+    from legato.handle import RunHandle
+    from legato.models import (
+        Attempt,
+        ErrorInfo,
+        HistoryEvent,
+        NodeFailure,
+        QuarantinedRun,
+        Run,
+        RunDetails,
+        RunPage,
+    )
     from legato.runtime import (
         Roles,
         Runtime,
     )
     from legato.schema import (
         CatchUp,
+        NodeKind,
         RunStatus,
         TaskState,
         uuid7,
@@ -83,9 +90,15 @@ if TYPE_CHECKING:
 # does not pay for the rest.
 _MODULE_OF: dict[str, str] = {
     "Client": "legato.client",
-    "RunDetails": "legato.client",
-    "RunHandle": "legato.client",
-    "RunPage": "legato.client",
+    "RunHandle": "legato.handle",
+    "Attempt": "legato.models",
+    "ErrorInfo": "legato.models",
+    "HistoryEvent": "legato.models",
+    "NodeFailure": "legato.models",
+    "QuarantinedRun": "legato.models",
+    "Run": "legato.models",
+    "RunDetails": "legato.models",
+    "RunPage": "legato.models",
     "TaskCancelled": "legato.context",
     "TaskContext": "legato.context",
     "create_engine": "legato.db",
@@ -122,6 +135,7 @@ _MODULE_OF: dict[str, str] = {
     "Roles": "legato.runtime",
     "Runtime": "legato.runtime",
     "CatchUp": "legato.schema",
+    "NodeKind": "legato.schema",
     "RunStatus": "legato.schema",
     "TaskState": "legato.schema",
     "uuid7": "legato.schema",
@@ -138,14 +152,17 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "App",
+    "Attempt",
     "Cache",
     "CatchUp",
     "Client",
     "Concurrency",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "ErrorInfo",
     "FailureInfo",
     "Flow",
+    "HistoryEvent",
     "IncompatibleDatabase",
     "InvalidArgument",
     "InvalidInput",
@@ -157,12 +174,16 @@ __all__ = [
     "LegatoError",
     "LoopFailed",
     "Node",
+    "NodeFailure",
+    "NodeKind",
     "NotTransactional",
     "OutputTooLarge",
     "PayloadTooLarge",
+    "QuarantinedRun",
     "RateLimit",
     "Retry",
     "Roles",
+    "Run",
     "RunAlreadyExists",
     "RunDetails",
     "RunFailed",

@@ -17,17 +17,27 @@ import asyncio
 import contextlib
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar, overload
+from functools import partial
+from typing import Any, TypeVar, overload
 
 from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato.arguments import (
+    RunId,
+    as_run_id,
+    check_after_seq,
+    check_limit,
+    check_max_payload,
+    check_poll_interval,
+    check_timeout,
+    run_status,
+)
 from legato.db import check_database, connect, create_engine, resolve_schema
-from legato.engine.decider.model import TaskError
 from legato.engine.deploy import deploy_workflows, store_version
 from legato.engine.repositories import (
     decide_queue,
@@ -39,15 +49,11 @@ from legato.engine.repositories import (
     signals,
     tasks,
 )
-from legato.engine.repositories.decide_queue import QuarantinedRun
-from legato.engine.repositories.run_events import HistoryEvent
 from legato.engine.repositories.runs import RunRow
-from legato.engine.repositories.tasks import TaskRow
 from legato.errors import (
     ConfigurationError,
     InvalidArgument,
     InvalidInput,
-    InvalidOutput,
     InvalidRunId,
     PayloadTooLarge,
     RunAlreadyExists,
@@ -57,8 +63,22 @@ from legato.errors import (
     UnknownWorkflow,
 )
 from legato.flow import App, InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
+from legato.handle import RunHandle as RunHandle
 from legato.limits import check_idempotency_key, check_json, check_name, json_size
+from legato.models import (
+    FINAL_EVENTS,
+    HistoryEvent,
+    QuarantinedRun,
+    RunDetails,
+    RunPage,
+    attempt_from_row,
+    event_from_row,
+    quarantined_from_row,
+    run_failed,
+    run_from_row,
+)
 from legato.observability import tracing
+from legato.run_wakeups import RunWakeups, woken
 from legato.schema import SCHEMA_PLACEHOLDER, RunStatus, uuid7
 from legato.schema.types import strip_nul
 
@@ -67,81 +87,15 @@ Out = TypeVar("Out")
 R = TypeVar("R")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+# How often a waiting result() or follow() reads again when no notification arrives.
+DEFAULT_POLL_INTERVAL = 1.0
 
+
+# Events per history read: a longer history is read page by page.
+_HISTORY_PAGE = 10_000
 
 # How many runs' workflow names a Client remembers for signal().
 _REMEMBERED_RUNS = 10_000
-
-RunId = uuid.UUID | str
-
-
-def as_run_id(value: object) -> uuid.UUID:
-    """A run id given as a ``uuid.UUID`` or its string form; ``InvalidRunId`` otherwise."""
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            pass
-    shown = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:70]}..."
-    raise InvalidRunId(
-        f"run id {shown} is not a UUID: pass a uuid.UUID or its string form, "
-        "e.g. the run_id of a RunHandle"
-    )
-
-
-def _check_timeout(timeout: object) -> float | None:
-    if timeout is None:
-        return None
-    # `not timeout >= 0` also refuses NaN.
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0:
-        raise InvalidArgument(
-            f"timeout {timeout!r} must be a number of seconds >= 0, or None to wait forever"
-        )
-    return float(timeout)
-
-
-@dataclass(frozen=True)
-class RunDetails:
-    """A run with its task attempts and its history."""
-
-    run: RunRow
-    tasks: list[TaskRow]
-    history: list[HistoryEvent]
-
-
-@dataclass(frozen=True)
-class RunPage:
-    """One page of runs, newest first; pass ``next_before`` to get the next page."""
-
-    runs: list[RunRow]
-    next_before: uuid.UUID | None
-
-
-class RunHandle(Generic[Out]):
-    """A started run: its id, and a typed wait for its result."""
-
-    def __init__(self, client: Client, run_id: uuid.UUID, workflow: Workflow[Any, Out] | None):
-        self.client = client
-        self.run_id = run_id
-        self._workflow = workflow
-
-    async def result(self, timeout: float | None = None) -> Out:
-        """Wait for the run to finish; its output decoded, or ``RunFailed``."""
-        output = await self.client.result(self.run_id, timeout=timeout)
-        if self._workflow is None:
-            return output  # type: ignore[return-value]  # untyped handle: JSON out
-        try:
-            return self._workflow.parse_output(output)
-        except InputValidationError as error:
-            raise InvalidOutput(
-                f"run {self.run_id}: {error} (did the output type change since the run "
-                "finished? client.result(run_id) returns the raw JSON)"
-            ) from None
-
-    def __repr__(self) -> str:
-        return f"<run {self.run_id}>"
 
 
 class Client:
@@ -154,6 +108,7 @@ class Client:
         app: App | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         idempotency_retention: timedelta = timedelta(days=30),
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
         owns_engine: bool = False,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
@@ -163,13 +118,16 @@ class Client:
             )
         if app is not None and not isinstance(app, App):
             raise ConfigurationError(f"Client(app=...) must be a legato.App, not {app!r}")
-        _check_max_payload(max_payload_bytes)
+        check_max_payload(max_payload_bytes)
+        check_poll_interval(poll_interval)
         self.engine = engine
         self.app = app
         self.max_payload_bytes = max_payload_bytes
         self.idempotency_retention = idempotency_retention
         self.schema = str(engine.get_execution_options()["schema_translate_map"]["legato"])
+        self.poll_interval = float(poll_interval)
         self._owns_engine = owns_engine
+        self._wakeups = RunWakeups(engine, self.schema)
         self._versions: dict[tuple[str, str], int] = {}
         self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
         # A run's workflow never changes: signalling a run again needs no read.
@@ -183,9 +141,11 @@ class Client:
         schema: str | None = None,
         app: App | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> Client:
         """Connect (``LEGATO_DATABASE_URL`` by default) and check the server and schema."""
-        _check_max_payload(max_payload_bytes)
+        check_max_payload(max_payload_bytes)
+        check_poll_interval(poll_interval)
         if app is not None and not isinstance(app, App):
             raise ConfigurationError(f"Client.connect(app=...) must be a legato.App, not {app!r}")
         engine = create_engine(database_url, schema)
@@ -195,9 +155,17 @@ class Client:
         except BaseException:
             await engine.dispose()
             raise
-        return cls(engine, app=app, max_payload_bytes=max_payload_bytes, owns_engine=True)
+        return cls(
+            engine,
+            app=app,
+            max_payload_bytes=max_payload_bytes,
+            poll_interval=poll_interval,
+            owns_engine=True,
+        )
 
     async def close(self) -> None:
+        """Stop listening for run events; dispose of the engine if the client made it."""
+        await self._wakeups.close()
         if self._owns_engine:
             await self.engine.dispose()
 
@@ -560,8 +528,9 @@ class Client:
     async def list_quarantined(self, limit: int = 50) -> list[QuarantinedRun]:
         """Runs whose decisions failed too often in a row, most recently parked first,
         each with its last error (``legato runs list --quarantined``)."""
-        _check_limit(limit)
-        return await self._read(lambda conn: decide_queue.quarantined(conn, limit))
+        check_limit(limit)
+        parked = await self._read(lambda conn: decide_queue.quarantined(conn, limit))
+        return [quarantined_from_row(row) for row in parked]
 
     async def cancel(self, run_id: RunId) -> None:
         """Ask a running run to cancel: pending work is cancelled, running tasks are
@@ -604,25 +573,89 @@ class Client:
     # -- reading -----------------------------------------------------------------------------
 
     async def result(self, run_id: RunId, timeout: float | None = None) -> JsonValue:
-        """Wait until the run finishes; return its JSON output or raise ``RunFailed``."""
-        run = await self._wait_finished(as_run_id(run_id), _check_timeout(timeout))
+        """Wait until the run finishes; return its JSON output or raise ``RunFailed``.
+
+        Woken by the run's history events (LISTEN/NOTIFY), re-reading the run row every
+        ``poll_interval`` seconds too in case a notification is lost."""
+        run = await self._wait_finished(as_run_id(run_id), check_timeout(timeout))
         if run.status is RunStatus.SUCCEEDED:
             return run.output
-        raise RunFailed(_failure_message(run))
+        raise await self._run_failed(run)
 
     async def _wait_finished(self, run_id: uuid.UUID, timeout: float | None) -> RunRow:
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        delay = 0.01
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        run = await self._finished(run_id)
+        if run is not None:  # already finished: no LISTEN needed
+            return run
+        async with self._wakeups.watching(run_id) as wake:
+            while True:
+                wake.clear()
+                run = await self._finished(run_id)  # after LISTEN: no finish falls in between
+                if run is not None:
+                    return run
+                wait = self.poll_interval
+                if deadline is not None:
+                    wait = min(wait, deadline - loop.time())
+                    if wait <= 0:
+                        raise TimeoutError(f"run {run_id} is still running after {timeout}s")
+                if not await woken(wake, wait):
+                    await self._wakeups.relisten()
+
+    async def _finished(self, run_id: uuid.UUID) -> RunRow | None:
+        """The run's row once it has finished; None while it runs."""
+        run = await self._read(lambda conn: runs.get(conn, run_id))
+        if run is None:
+            raise RunNotFound(f"no run {run_id}")
+        return None if run.status is RunStatus.RUNNING else run
+
+    async def _run_failed(self, run: RunRow) -> RunFailed:
+        """``RunFailed`` for a finished run that did not succeed; a failure's history is
+        read (only on this path) for the node attempt that failed it."""
+        error = run_from_row(run).error
+        history = [] if error is None else [e async for e in self._pages(run.id, 0)]
+        return run_failed(run.id, run.status, error, history)
+
+    async def _pages(self, run_id: uuid.UUID, after_seq: int) -> AsyncIterator[HistoryEvent]:
+        """The run's events after ``after_seq``, read page by page to the current end."""
         while True:
-            run = await self._read(lambda conn: runs.get(conn, run_id))
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
-            if run.status is not RunStatus.RUNNING:
-                return run
-            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
-                raise TimeoutError(f"run {run_id} is still running after {timeout}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+            page = await self._read(
+                partial(run_events.history, run_id=run_id, after_seq=after_seq, limit=_HISTORY_PAGE)
+            )
+            for row in page:
+                yield event_from_row(row)
+                after_seq = row.seq
+            if len(page) < _HISTORY_PAGE:
+                return
+
+    async def follow(self, run_id: RunId, after_seq: int = 0) -> AsyncGenerator[HistoryEvent, None]:
+        """The run's history events after ``after_seq``, then each new one as it is
+        appended, until the run has finished (its last event yielded).
+
+        New events are read by seq when the run_events NOTIFY arrives, and every
+        ``poll_interval`` seconds in case one is lost, so none is missed or repeated; to
+        resume after a break, pass the last seq seen. Raises ``RunNotFound`` for an
+        unknown run before yielding anything."""
+        run_id = as_run_id(run_id)
+        seq = check_after_seq(after_seq)
+        if await self._read(lambda conn: runs.get(conn, run_id)) is None:
+            raise RunNotFound(f"no run {run_id}")
+        async with self._wakeups.watching(run_id) as wake:
+            finished = False
+            while True:
+                wake.clear()
+                ended = False
+                async for event in self._pages(run_id, seq):
+                    yield event
+                    seq = event.seq
+                    ended = ended or event.type in FINAL_EVENTS
+                if ended or finished:
+                    return
+                if not await woken(wake, self.poll_interval):
+                    await self._wakeups.relisten()
+                    # A run can finish without a final event we saw (or the NOTIFY was
+                    # lost): read its status, then read the history once more.
+                    finished = await self._finished(run_id) is not None
 
     async def get_run(self, run_id: RunId) -> RunDetails:
         """A run with its attempts and history (``legato runs show``)."""
@@ -632,20 +665,21 @@ class Client:
             run = await runs.get(conn, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
+            rows = (await tasks.load_many(conn, [run_id]))[run_id]
             return RunDetails(
-                run=run,
-                tasks=(await tasks.load_many(conn, [run_id]))[run_id],
-                history=await run_events.history(conn, run_id),
+                run=run_from_row(run),
+                tasks=[attempt_from_row(row) for row in rows],
+                history=[event_from_row(e) for e in await run_events.history(conn, run_id)],
             )
 
         return await self._read(read)
 
     async def history(self, run_id: RunId, after_seq: int = 0) -> list[HistoryEvent]:
-        """A run's history events after ``after_seq``."""
+        """A run's history events after ``after_seq`` (at most 10,000; page on by seq)."""
         run_id = as_run_id(run_id)
-        if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
-            raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0")
-        return await self._read(lambda conn: run_events.history(conn, run_id, after_seq))
+        seq = check_after_seq(after_seq)
+        page = await self._read(lambda conn: run_events.history(conn, run_id, seq))
+        return [event_from_row(row) for row in page]
 
     async def list_runs(
         self,
@@ -656,11 +690,11 @@ class Client:
         limit: int = 50,
     ) -> RunPage:
         """Runs newest first, filtered, keyset-paginated by run id."""
-        _check_limit(limit)
+        check_limit(limit)
         if workflow is not None:
             check_name("workflow name", workflow, InvalidArgument)
         if status is not None:
-            status = _status(status)
+            status = run_status(status)
         after = None if before is None else as_run_id(before)
         page = await self._read(
             lambda conn: runs.list_runs(
@@ -669,19 +703,10 @@ class Client:
         )
         more = len(page) > limit
         page = page[:limit]
-        return RunPage(runs=page, next_before=page[-1].id if more and page else None)
-
-
-def _check_max_payload(value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(f"max_payload_bytes={value!r} must be a positive int of bytes")
-
-
-def _status(value: object) -> RunStatus:
-    if isinstance(value, str) and value in RunStatus.__members__.values():
-        return RunStatus(value)
-    known = ", ".join(s.value for s in RunStatus)
-    raise InvalidArgument(f"status={value!r} is not a run status ({known})")
+        return RunPage(
+            runs=[run_from_row(row) for row in page],
+            next_before=page[-1].id if more and page else None,
+        )
 
 
 def _plain(value: object) -> JsonValue:
@@ -693,17 +718,3 @@ def _plain(value: object) -> JsonValue:
 
 def _typed(workflow: object) -> Workflow[Any, Any] | None:
     return workflow if isinstance(workflow, Workflow) else None
-
-
-def _failure_message(run: RunRow) -> str:
-    error: TaskError | None = run.error
-    if run.status is RunStatus.CANCELLED:
-        return f"run {run.id} was cancelled"
-    if error is None:
-        return f"run {run.id} failed"
-    return f"run {run.id} failed: {error.type}: {error.message}"
-
-
-def _check_limit(limit: object) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-        raise InvalidArgument(f"limit={limit!r} must be an int between 1 and 1000")

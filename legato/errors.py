@@ -5,6 +5,13 @@ docs/api.md lists them all: when each is raised and what to do about it.
 
 from __future__ import annotations
 
+import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from legato.models import NodeFailure
+    from legato.schema.enums import RunStatus
+
 
 class LegatoError(Exception):
     """Base of Legato's errors."""
@@ -90,7 +97,25 @@ class RunFinished(LegatoError):
 
 
 class RunFailed(LegatoError):
-    """Raised by ``Client.result`` when the run failed or was cancelled."""
+    """Raised by ``Client.result`` when the run failed or was cancelled.
+
+    ``status`` is ``RunStatus.FAILED`` or ``RunStatus.CANCELLED`` (the run was
+    cancelled); ``error`` is what failed it (None for a cancelled run): its type and
+    message, and the node, iteration, attempt and state (FAILED, TIMED_OUT, CANCELLED)
+    of the attempt that ended it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: uuid.UUID,
+        status: RunStatus,
+        error: NodeFailure | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.status = status
+        self.error = error
 
 
 class InvalidSchedule(LegatoError, ValueError):

@@ -20,15 +20,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar, overload
 
 from pydantic import JsonValue
 
-from legato.client import DEFAULT_MAX_PAYLOAD_BYTES, Client, RunDetails, RunHandle, RunPage
-from legato.engine.repositories.run_events import HistoryEvent
+from legato.client import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL, Client, RunHandle
 from legato.flow import App, Workflow
+from legato.models import HistoryEvent, RunDetails, RunPage
 from legato.schema import RunStatus
 
 In = TypeVar("In")
@@ -62,6 +62,7 @@ class SyncClient:
         schema: str | None = None,
         app: App | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         """Connect (``LEGATO_DATABASE_URL`` by default) and check the server and schema,
         as ``Client.connect``; raises its errors here."""
@@ -73,7 +74,11 @@ class SyncClient:
         try:
             self.client: Client = self._call(
                 Client.connect(
-                    database_url, schema=schema, app=app, max_payload_bytes=max_payload_bytes
+                    database_url,
+                    schema=schema,
+                    app=app,
+                    max_payload_bytes=max_payload_bytes,
+                    poll_interval=poll_interval,
                 )
             )
         except BaseException:
@@ -186,6 +191,20 @@ class SyncClient:
         """``Client.history``."""
         return self._call(self.client.history(run_id, after_seq))
 
+    def follow(self, run_id: uuid.UUID | str, after_seq: int = 0) -> Iterator[HistoryEvent]:
+        """``Client.follow``: the run's events, blocking for each new one, until the run
+        has finished. Leaving the loop early stops following."""
+        events = self.client.follow(run_id, after_seq)
+        try:
+            while True:
+                event = self._call(_next(events))
+                if event is None:
+                    return
+                yield event
+        finally:
+            if not self._loop.is_closed():
+                self._call(events.aclose())
+
     def list_runs(
         self,
         *,
@@ -198,3 +217,8 @@ class SyncClient:
         return self._call(
             self.client.list_runs(workflow=workflow, status=status, before=before, limit=limit)
         )
+
+
+async def _next(events: AsyncGenerator[HistoryEvent, None]) -> HistoryEvent | None:
+    """The next event, or None when there are no more."""
+    return await anext(events, None)

@@ -1,7 +1,8 @@
 """The ``legato`` command line.
 
-Each command group lives in its own module and registers its subcommands on the
-root parser; every command takes the common options (:func:`add_common_options`).
+Each command group lives in its own module (listed in ``COMMAND_MODULES``) whose
+``register(commands)`` adds its subcommands to the root parser, every one through
+:func:`command`, so every command takes the common options (:func:`add_common_options`).
 Nothing a user types prints a traceback: a usage mistake is one ``legato: error:``
 line and status 2, an error Legato raises on purpose (or an unreachable database)
 one line and status 1, and anything unexpected one line and status 1 with a hint to
@@ -12,21 +13,42 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import logging
 import math
 import os
 import sys
 import traceback
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from importlib import metadata
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from legato.errors import LegatoError
+from legato.errors import ConfigurationError, LegatoError
+
+if TYPE_CHECKING:
+    from legato.client import Client
+    from legato.flow import App
 
 N = TypeVar("N", int, float)
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
+# The command groups, in the order `legato --help` lists them; each has register(commands).
+COMMAND_MODULES = (
+    "legato.cli.db",
+    "legato.cli.processes",
+    "legato.cli.apps",
+    "legato.cli.runs",
+    "legato.cli.bench",
+    "legato.cli.stats",
+    "legato.cli.schedules",
+    "legato.cli.outbox",
+    "legato.cli.ui",
+)
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 # An error line quotes the bad value; a 100 kB argument must not become a 100 kB line.
 SHOWN_CHARS = 60
 MAX_ERROR_CHARS = 400
@@ -113,25 +135,95 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from legato.cli import bench as bench_commands
-    from legato.cli import db as db_commands
-    from legato.cli import outbox as outbox_commands
-    from legato.cli import runtime as runtime_commands
-    from legato.cli import schedules as schedule_commands
-    from legato.cli import stats as stats_commands
-    from legato.cli import ui as ui_commands
-
     parser = ArgumentParser(prog="legato", description="Legato: durable workflows on PostgreSQL.")
     parser.add_argument("--version", action="version", version=f"legato {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    db_commands.register(commands)
-    runtime_commands.register(commands)
-    bench_commands.register(commands)
-    stats_commands.register(commands)
-    ui_commands.register(commands)
-    schedule_commands.register(commands)
-    outbox_commands.register(commands)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(commands)
     return parser
+
+
+def command(
+    parent: Any,
+    name: str,
+    help_text: str,
+    handler: Handler,
+    epilog: str | None = None,
+    *,
+    description: str | None = None,
+    log_level: str = "WARNING",
+    schema: bool = True,
+    database_help: str | None = None,
+) -> argparse.ArgumentParser:
+    """Add command ``name`` (running ``handler``) to ``parent`` (the root's or a group's
+    subcommands) with the common options; an ``epilog`` (examples) is shown as written."""
+    parser: argparse.ArgumentParser = parent.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text,
+        epilog=epilog,
+        formatter_class=(
+            argparse.HelpFormatter if epilog is None else argparse.RawDescriptionHelpFormatter
+        ),
+    )
+    options: dict[str, Any] = {"log_level": log_level, "schema": schema}
+    if database_help is not None:
+        options["database_help"] = database_help
+    add_common_options(parser, **options)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def group(
+    parent: Any,
+    name: str,
+    help_text: str,
+    *,
+    description: str | None = None,
+    epilog: str | None = None,
+) -> Any:
+    """Add command group ``name`` (``legato NAME COMMAND``); returns the subcommands to
+    add its commands to with :func:`command`."""
+    parser = parent.add_parser(
+        name,
+        help=help_text,
+        description=description,
+        epilog=epilog,
+        formatter_class=(
+            argparse.HelpFormatter if epilog is None else argparse.RawDescriptionHelpFormatter
+        ),
+    )
+    return parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND", required=True)
+
+
+@asynccontextmanager
+async def connected(
+    args: argparse.Namespace, app: App | None = None, **options: Any
+) -> AsyncIterator[Client]:
+    """A ``Client`` for the command's ``--database-url`` and ``--schema``, closed after."""
+    from legato.client import Client
+
+    connected = await Client.connect(args.database_url, schema=args.schema, app=app, **options)
+    try:
+        yield connected
+    finally:
+        await connected.close()
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Log to stderr: one line per record, as text or as JSON (``--log-format``)."""
+    from legato.observability import JsonFormatter
+
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    elif log_format == "text":
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
+    else:  # only the environment default can be anything else: argparse checks the option
+        raise ConfigurationError(f"LEGATO_LOG_FORMAT={log_format!r}: expected text or json")
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    if level.upper() != "DEBUG":  # Alembic narrates every migration at INFO
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def number_in(
@@ -158,7 +250,24 @@ def number_in(
 
 
 MAX_CONCURRENCY = 10_000
+MAX_POLL_INTERVAL = 3600.0
+MAX_SECONDS = 366 * 86400.0
 concurrency = number_in(int, 1, MAX_CONCURRENCY, f"a number of task slots (1 to {MAX_CONCURRENCY})")
+seconds = number_in(float, 0.0, MAX_SECONDS, "a number of seconds (0 to 31,622,400)")
+interval = number_in(
+    float, 0.0, MAX_POLL_INTERVAL, "a number of seconds above 0, at most 3600", above_low=True
+)
+
+
+def add_poll(parser: argparse.ArgumentParser) -> None:
+    """``--poll-interval``: how long a command waits on NOTIFY before reading anyway."""
+    parser.add_argument(
+        "--poll-interval",
+        type=interval,
+        default=1.0,
+        metavar="S",
+        help="seconds between polls when no NOTIFY arrives (default: 1)",
+    )
 
 
 def bad_argument(arguments: Sequence[str]) -> str | None:
@@ -207,8 +316,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(arguments)
     except SystemExit as done:  # --help, --version, or a usage error already printed
         return done.code if isinstance(done.code, int) else EXIT_USAGE
-    from legato.cli.runtime import configure_logging
-
     handler: Handler = args.handler
     try:
         configure_logging(args.log_level, args.log_format)

@@ -11,21 +11,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from legato.cli import add_common_options, concurrency
+from legato.cli import command, concurrency
 
 SCENARIO_NAMES = ("start", "e2e-1", "e2e-3", "wake", "history")
 
 
 def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
+    parser = command(
+        commands,
         "bench",
-        help="measure start, end-to-end, wake and history figures on a fresh PostgreSQL",
+        "measure start, end-to-end, wake and history figures on a fresh PostgreSQL",
+        _bench,
         description="Run the benchmark scenarios against one PostgreSQL started for the run "
         "(embedded PostgreSQL 18, durable commits) or --database-url; print each figure "
         "with its settings and the machine context.",
-    )
-    add_common_options(
-        parser,
         schema=False,
         database_help="a server to use instead of the embedded one (a database per scenario "
         "is created and dropped; without CREATE DATABASE, a schema per scenario)",
@@ -54,7 +53,6 @@ def register(commands: Any) -> None:
         metavar="N",
         help="task slots per worker process (default 64)",
     )
-    parser.set_defaults(handler=_bench)
 
 
 def _import_runner() -> Any:

@@ -15,7 +15,7 @@ from alembic.util import CommandError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
-from legato.cli import add_common_options, nonempty, number_in, shown
+from legato.cli import command, group, nonempty, number_in, shown
 from legato.db import as_unavailable, create_engine, resolve_schema, resolve_url, schema_mismatch
 from legato.engine.repositories import partitions
 from legato.errors import ConfigurationError
@@ -120,28 +120,16 @@ async def _drop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _command(
-    group: Any, name: str, help_text: str, handler: Any, description: str | None = None
-) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = group.add_parser(
-        name, help=help_text, description=description or help_text
-    )
-    add_common_options(parser)
-    parser.set_defaults(handler=handler)
-    return parser
-
-
 def register(commands: Any) -> None:
     """Register ``legato db ...`` and ``legato partitions ...`` on the root parser."""
-    db = commands.add_parser("db", help="migrate Legato's schema")
-    db_commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
-    upgrade = _command(
+    db_commands = group(commands, "db", "migrate Legato's schema")
+    upgrade = command(
         db_commands, "upgrade", "apply Legato's migrations (default: to head)", _upgrade
     )
     upgrade.add_argument(
         "--revision", type=nonempty, default="head", help="target revision (default: head)"
     )
-    downgrade = _command(
+    downgrade = command(
         db_commands,
         "downgrade",
         "revert Legato's migrations (default: to base, removing every Legato table)",
@@ -153,19 +141,16 @@ def register(commands: Any) -> None:
         default="base",
         help="target revision (default: base; asks no questions)",
     )
-    _command(db_commands, "current", "show the applied migration and the package's head", _current)
-    _command(
+    command(db_commands, "current", "show the applied migration and the package's head", _current)
+    command(
         db_commands,
         "check",
         "exit 1 unless the schema is at this package's migration head",
         _check,
     )
 
-    group = commands.add_parser("partitions", help="create and drop partitions")
-    partition_commands = group.add_subparsers(
-        dest="partitions_command", metavar="COMMAND", required=True
-    )
-    ensure = _command(
+    partition_commands = group(commands, "partitions", "create and drop partitions")
+    ensure = command(
         partition_commands,
         "ensure",
         "create this month's partitions and those ahead (the decider also does this)",
@@ -174,7 +159,7 @@ def register(commands: Any) -> None:
     ensure.add_argument(
         "--ahead", type=_count, default=3, metavar="N", help="months ahead to create (default: 3)"
     )
-    drop = _command(
+    drop = command(
         partition_commands,
         "drop",
         "drop whole months that ended by a date; months with running runs are kept",

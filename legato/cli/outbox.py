@@ -12,8 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from legato import webhooks
-from legato.cli import nonempty, number_in, render
-from legato.cli.runtime import _client, _command
+from legato.cli import command, connected, nonempty, number_in, render
 from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.relay import RelaySettings
 from legato.engine.repositories.outbox import Delivery
@@ -58,7 +57,7 @@ def _delivery_json(d: Delivery) -> dict[str, Any]:
 async def _add(args: argparse.Namespace) -> int:
     secret = args.secret if args.secret is not None else os.environ.get(SECRET_ENV, "")
     webhooks.check_endpoint(args.url, secret, args.event, args.workflow)  # before connecting
-    async with _client(args) as client:
+    async with connected(args) as client:
         endpoint = await webhooks.add_endpoint(
             client.engine, args.url, secret, events=args.event, workflows=args.workflow
         )
@@ -67,7 +66,7 @@ async def _add(args: argparse.Namespace) -> int:
 
 
 async def _list_endpoints(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with connected(args) as client:
         found = await webhooks.list_endpoints(client.engine)
     if args.json:
         rows = [
@@ -93,14 +92,14 @@ async def _list_endpoints(args: argparse.Namespace) -> int:
 
 
 async def _remove(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with connected(args) as client:
         await webhooks.remove_endpoint(client.engine, args.id)
     print(f"removed webhook endpoint {args.id}")
     return 0
 
 
 async def _list_outbox(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with connected(args) as client:
         found = await webhooks.dead_letters(client.engine, args.limit, pending=args.pending)
     if args.json:
         print(json.dumps([_delivery_json(d) for d in found], indent=2, default=str))
@@ -128,7 +127,7 @@ async def _list_outbox(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with connected(args) as client:
         found = await webhooks.delivery(client.engine, args.id)
     print(json.dumps(_delivery_json(found), indent=2, default=str))
     return 0
@@ -141,7 +140,7 @@ async def _replay(args: argparse.Namespace) -> int:
         )
     if args.all and args.ids:
         raise InvalidArgument("pass either delivery ids or --all, not both")
-    async with _client(args) as client:
+    async with connected(args) as client:
         replayed = await webhooks.replay(client.engine, None if args.all else args.ids)
     print(f"replayed {len(replayed)} dead letter(s)" + (f": {replayed}" if replayed else ""))
     return 0
@@ -182,7 +181,7 @@ def _register_webhooks(commands: Any) -> None:
         description="Manage webhook endpoints: deployment configuration kept in the database.",
     )
     sub = group.add_subparsers(dest="webhooks_command", metavar="COMMAND", required=True)
-    add = _command(
+    add = command(
         sub,
         "add",
         "subscribe a URL to run lifecycle events; prints the endpoint's id",
@@ -211,7 +210,7 @@ legato.webhooks.verify. Without --secret it is read from ${SECRET_ENV}.""",
         metavar="NAME",
         help="deliver only this workflow's events; repeat for several (default: every workflow)",
     )
-    listing = _command(
+    listing = command(
         sub,
         "list",
         "every endpoint (secrets are not shown)",
@@ -219,7 +218,7 @@ legato.webhooks.verify. Without --secret it is read from ${SECRET_ENV}.""",
         "examples:\n  legato webhooks list\n  legato webhooks list --json",
     )
     listing.add_argument("--json", action="store_true", help="print the endpoints as JSON")
-    remove = _command(
+    remove = command(
         sub,
         "remove",
         "unsubscribe an endpoint (drops its pending deliveries and dead letters)",
@@ -236,7 +235,7 @@ def _register_outbox(commands: Any) -> None:
         description="Inspect the outbox: dead letters, pending deliveries; replay dead letters.",
     )
     sub = group.add_subparsers(dest="outbox_command", metavar="COMMAND", required=True)
-    listing = _command(
+    listing = command(
         sub,
         "list",
         "dead letters, newest first (or --pending deliveries)",
@@ -248,7 +247,7 @@ def _register_outbox(commands: Any) -> None:
     )
     listing.add_argument("--limit", type=limit, default=50, help="at most N rows (default: 50)")
     listing.add_argument("--json", action="store_true", help="print the deliveries as JSON")
-    show = _command(
+    show = command(
         sub,
         "show",
         "one delivery as JSON: event, endpoint, attempts, last error",
@@ -256,7 +255,7 @@ def _register_outbox(commands: Any) -> None:
         "examples:\n  legato outbox show 42",
     )
     show.add_argument("id", type=delivery_id, help="the delivery's id (legato outbox list)")
-    replay = _command(
+    replay = command(
         sub,
         "replay",
         "deliver dead letters again, with a fresh attempt budget",
@@ -269,7 +268,7 @@ def _register_outbox(commands: Any) -> None:
 
 def _register_relay(commands: Any) -> None:
     defaults = RelaySettings()
-    parser = _command(
+    parser = command(
         commands,
         "relay",
         "deliver run lifecycle events from the outbox to webhook endpoints",

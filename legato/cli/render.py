@@ -8,12 +8,7 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
-from legato.engine.decider.model import FINAL_EVENT_TYPES
-from legato.engine.repositories.run_events import HistoryEvent
-from legato.engine.repositories.runs import RunRow
-from legato.engine.repositories.tasks import TaskRow
-
-FINAL_EVENTS = FINAL_EVENT_TYPES
+from legato.models import Attempt, HistoryEvent, Run
 
 
 def compact(value: JsonValue, limit: int = 100) -> str:
@@ -68,7 +63,7 @@ def history_lines(events: Sequence[HistoryEvent], started: datetime | None = Non
     return [history_line(event, origin) for event in events]
 
 
-def run_summary(run: RunRow) -> list[str]:
+def run_summary(run: Run) -> list[str]:
     lines = [
         f"run       {run.id}",
         f"workflow  {run.workflow_name} v{run.workflow_version}",
@@ -98,13 +93,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def _duration(task: TaskRow) -> str:
+def _duration(task: Attempt) -> str:
     if task.started_at is None or task.finished_at is None:
         return "-"
     return f"{(task.finished_at - task.started_at).total_seconds():.3f}s"
 
 
-def attempts_table(tasks: Sequence[TaskRow]) -> list[str]:
+def attempts_table(tasks: Sequence[Attempt]) -> list[str]:
     ordered = sorted(tasks, key=lambda t: (t.created_at, t.node_id, t.iteration, t.attempt))
     rows = [
         [
@@ -121,7 +116,7 @@ def attempts_table(tasks: Sequence[TaskRow]) -> list[str]:
     return table(["NODE", "ITER", "ATTEMPT", "KIND", "STATE", "RAN", "ERROR"], rows)
 
 
-def runs_table(runs: Sequence[RunRow]) -> list[str]:
+def runs_table(runs: Sequence[Run]) -> list[str]:
     rows = [
         [
             str(r.id),

@@ -10,8 +10,7 @@ from typing import Any
 from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.cli import number_in, render
-from legato.cli.runtime import _client, _command
+from legato.cli import command, connected, number_in, render
 from legato.engine.repositories import stats
 from legato.schema import RunStatus
 
@@ -92,7 +91,7 @@ def text_lines(figures: dict[str, Any]) -> list[str]:
 
 
 async def _stats(args: argparse.Namespace) -> int:
-    async with _client(args) as client, client.engine.connect() as conn:
+    async with connected(args) as client, client.engine.connect() as conn:
         autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
         figures = await gather(autocommit, timedelta(hours=args.window_hours), datetime.now(UTC))
     if args.json:
@@ -104,7 +103,7 @@ async def _stats(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any) -> None:
-    parser = _command(
+    parser = command(
         commands,
         "stats",
         "backlog per queue, runs by status, recent failures, leases per worker",

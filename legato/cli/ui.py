@@ -57,7 +57,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def _ui(args: argparse.Namespace) -> int:
-    from legato.cli.runtime import load_app
+    from legato.cli.apps import load_app
     from legato.client import Client
 
     try:

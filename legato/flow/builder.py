@@ -481,5 +481,3 @@ class Flow(Generic[In]):
             tasks={name: t.spec for name, t in sorted(self._tasks.items())},
             on_failure=None if self._on_failure is None else self._on_failure.name,
         )
-
-

@@ -24,13 +24,14 @@ from typing import Any, Generic, TypeVar
 from pydantic import JsonValue
 
 from legato.context import TaskContext
-from legato.engine.decider.model import CreateTask, TaskError, TaskRecord
+from legato.engine.decider.model import AppendEvent, CreateTask, TaskError, TaskRecord
 from legato.engine.decider_loop import timer_row
 from legato.engine.timer_loop import report_for
 from legato.engine.worker import error_of
-from legato.errors import InvalidInput, LegatoError, RunFailed
+from legato.errors import InvalidInput, LegatoError
 from legato.flow import InputValidationError, UnknownEventError, Workflow
 from legato.flow.tasks import TaskDefinition
+from legato.models import error_info, run_failed
 from legato.schema import NodeKind, RunStatus, TaskState, TimerKind
 from legato.testing.decider_sim import T0, Sim
 
@@ -128,11 +129,8 @@ class Simulator(Generic[In, Out]):
         finish = finishes[0]
         if finish.status is RunStatus.SUCCEEDED:
             return self.workflow.parse_output(finish.output)
-        if finish.status is RunStatus.CANCELLED:
-            raise RunFailed(f"run {self.run_id} was cancelled")
-        error = finish.error
-        detail = "" if error is None else f": {error.type}: {error.message}"
-        raise RunFailed(f"run {self.run_id} failed{detail}")
+        events = [action for action in self._sim.log if isinstance(action, AppendEvent)]
+        raise run_failed(self.run_id, finish.status, error_info(finish.error), events)
 
     # -- driving ------------------------------------------------------------------------------
 

@@ -32,11 +32,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from legato.client import Client, as_run_id
+from legato.arguments import as_run_id
+from legato.client import Client
 from legato.engine.decider.model import FINAL_EVENT_TYPES
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import definitions, notify, ui_queries
-from legato.engine.repositories.run_events import HistoryEvent
 from legato.errors import (
     InvalidArgument,
     InvalidInput,
@@ -47,6 +47,7 @@ from legato.errors import (
     UnknownWorkflow,
 )
 from legato.flow.spec import WorkflowSpec
+from legato.models import HistoryEvent
 from legato.ui import graph
 from legato.ui.filters import parse_filter
 from legato.ui.security import (

@@ -69,3 +69,23 @@ async def test_the_sync_client_raises_the_async_clients_errors(
 
     async with Runtime(engine, app, poll_interval=0.2):
         await asyncio.to_thread(scenario)
+
+
+async def test_the_sync_client_follows_a_run_to_its_end(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    def scenario() -> None:
+        with SyncClient(database_url, app=app) as client:
+            handle = client.start(signup, Signup(email="ada@example.com"))
+            types: list[str] = []
+            for event in client.follow(handle.run_id):
+                types.append(event.type)
+                if event.type == "event_wait_started":
+                    client.signal(handle.run_id, "signup.confirmed", Confirmed(code="c0de"))
+            assert types[-1] == "run_succeeded"
+            assert [e.type for e in client.get_run(handle.run_id).history] == types
+            first = next(iter(client.follow(handle.run_id, after_seq=1)))  # leaves early
+            assert first.seq == 2
+
+    async with Runtime(engine, app, poll_interval=0.2):
+        await asyncio.to_thread(scenario)

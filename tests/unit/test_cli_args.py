@@ -16,7 +16,7 @@ from legato.cli import (
     number_in,
     shown,
 )
-from legato.cli.runtime import MAX_JSON_DEPTH, json_depth, parse_json
+from legato.cli.runs import MAX_JSON_DEPTH, json_depth, parse_json
 from legato.db import resolve_url
 from legato.errors import ConfigurationError, InvalidInput
 

@@ -1,0 +1,464 @@
+"""``legato runs list | show | resume | watch | start | signal | emit | cancel``: thin
+wrappers around :class:`legato.Client`, which checks the database before each."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import re
+import sys
+import uuid
+from typing import Any
+
+from pydantic import JsonValue
+
+from legato.cli import (
+    add_poll,
+    command,
+    connected,
+    group,
+    nonempty,
+    number_in,
+    render,
+    seconds,
+    shown,
+)
+from legato.cli.apps import add_app, load_app
+from legato.errors import (
+    ConfigurationError,
+    InvalidInput,
+    InvalidRunId,
+    LegatoError,
+    PayloadTooLarge,
+)
+from legato.flow import InputValidationError
+from legato.schema import RunStatus
+
+MAX_LIMIT = 1000  # Client.list_runs' page size limit
+_limit = number_in(int, 1, MAX_LIMIT, f"a number of runs (1 to {MAX_LIMIT})")
+
+
+def parse_run_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidRunId(
+            f"not a run id: {shown(value)} (run ids are UUIDs, as printed by `legato runs start`)"
+        ) from None
+
+
+MAX_JSON_DEPTH = 64
+MAX_STDIN_BYTES = 16 << 20
+_JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply JSON ``text`` nests arrays and objects, counted without parsing it
+    (brackets inside strings do not count) and only up to ``limit + 1``.
+
+    ``json.loads`` recurses once per level: a deep enough input exhausts the stack, so
+    the depth is checked first."""
+    depth = deepest = 0
+    for token in _JSON_STRING_OR_BRACKET.finditer(text):
+        first = text[token.start()]
+        if first in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif first in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (use null, a number or a string)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return number
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # past Python's 4,300-digit limit on converting text to int
+        raise ValueError(f"a {len(text):,}-digit number is too long") from None
+
+
+def parse_json(value: str | None, option: str) -> JsonValue:
+    """``--input`` / ``--payload`` as JSON (``@-``: stdin): at most ``MAX_JSON_DEPTH`` levels
+    deep, no NaN or Infinity (PostgreSQL's jsonb has neither)."""
+    if value is None:
+        return None
+    if value == "@-":
+        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        if len(data) > MAX_STDIN_BYTES:
+            raise PayloadTooLarge(f"{option} @-: stdin holds more than {MAX_STDIN_BYTES:,} bytes")
+        try:
+            value = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidInput(f"{option} @-: stdin is not UTF-8 text: {error}") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise InvalidInput(
+            f"{option} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep "
+            f"(got {shown(value)})"
+        )
+    try:
+        parsed: JsonValue = json.loads(
+            value, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
+        )
+    except ValueError as error:  # JSONDecodeError, NaN, 1e400, an int of 5,000 digits
+        raise InvalidInput(f"{option} is not valid JSON: {error} (got {shown(value)})") from None
+    try:  # "\ud800" parses, but no UTF-8 text (and so no jsonb) can hold it
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{option} holds a lone UTF-16 surrogate (\\ud800 to \\udfff not in a pair): "
+            f"{shown(value)}"
+        ) from None
+    return parsed
+
+
+def _status(value: str) -> RunStatus:
+    try:
+        return RunStatus(value.upper())
+    except ValueError:
+        choices = ", ".join(s.value.lower() for s in RunStatus)
+        raise argparse.ArgumentTypeError(
+            f"unknown status {shown(value)} (one of {choices})"
+        ) from None
+
+
+async def _runs_list(args: argparse.Namespace) -> int:
+    if args.quarantined:
+        return await _runs_quarantined(args)
+    async with connected(args) as client:
+        page = await client.list_runs(
+            workflow=args.workflow, status=args.status, before=args.before, limit=args.limit
+        )
+    if not page.runs:
+        print("no runs")
+        return 0
+    for line in render.runs_table(page.runs):
+        print(line)
+    if page.next_before is not None:
+        print(f"(more: legato runs list --before {page.next_before})")
+    return 0
+
+
+async def _runs_quarantined(args: argparse.Namespace) -> int:
+    async with connected(args) as client:
+        parked = await client.list_quarantined(limit=args.limit)
+    if not parked:
+        print("no quarantined runs")
+        return 0
+    print(f"{'RUN':36}  {'WORKFLOW':20}  {'FAILURES':>8}  {'QUARANTINED AT':25}  LAST ERROR")
+    for run in parked:
+        when = run.quarantined_at.isoformat(timespec="seconds")
+        error = (run.last_error or "").splitlines()[0] if run.last_error else ""
+        print(f"{run.run_id!s:36}  {run.workflow_name:20}  {run.failures:>8}  {when:25}  {error}")
+    print("(after fixing the cause: legato runs resume RUN_ID)")
+    return 0
+
+
+async def _runs_resume(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    async with connected(args) as client:
+        if not await client.resume(run_id):
+            raise LegatoError(
+                f"run {run_id} is not quarantined: nothing to resume "
+                "(`legato runs list --quarantined` lists the runs that are)"
+            )
+    print(f"resumed run {run_id}: its decision is due again")
+    return 0
+
+
+async def _runs_show(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    async with connected(args) as client:
+        details = await client.get_run(run_id)
+    for line in render.run_summary(details.run):
+        print(line)
+    print()
+    print("attempts")
+    for line in render.attempts_table(details.tasks) if details.tasks else ["  (none yet)"]:
+        print(f"  {line}")
+    print()
+    print("history")
+    for line in render.history_lines(details.history, details.run.created_at):
+        print(line)
+    return 0
+
+
+async def _runs_watch(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    async with connected(args, poll_interval=args.poll_interval) as client:
+        run = (await client.get_run(run_id)).run  # RunNotFound before anything else
+        print(f"watching run {run_id} ({run.workflow_name} v{run.workflow_version})", flush=True)
+        try:
+            async with asyncio.timeout(args.timeout):
+                async for event in client.follow(run_id):
+                    print(render.history_line(event, run.created_at), flush=True)
+        except TimeoutError:
+            print(
+                f"legato: error: run {run_id} is still running after {args.timeout}s",
+                file=sys.stderr,
+            )
+            return 2
+        run = (await client.get_run(run_id)).run
+    print(f"run {run_id} {run.status.value}")
+    return 0 if run.status is RunStatus.SUCCEEDED else 1
+
+
+async def _runs_start(args: argparse.Namespace) -> int:
+    app = load_app(args.app) if args.app else None
+    payload = parse_json(args.input, "--input")
+    if app is not None:  # validate with the app's model; the deployed version still runs
+        definition = app.workflows.get(args.workflow)
+        if definition is None:
+            raise ConfigurationError(
+                f"--app {args.app!r} has no workflow {args.workflow!r} "
+                f"(it has: {', '.join(sorted(app.workflows)) or 'none'})"
+            )
+        try:
+            payload = definition.validate_input(payload)
+        except InputValidationError as error:
+            raise InvalidInput(str(error)) from None
+    async with connected(args) as client:
+        handle = await client.start(args.workflow, payload, idempotency_key=args.idempotency_key)
+        print(handle.run_id, flush=True)
+        if args.wait:
+            try:
+                output = await handle.result(timeout=args.timeout)
+            except TimeoutError:
+                raise LegatoError(
+                    f"run {handle.run_id} is still running after {args.timeout}s"
+                ) from None
+            print(json.dumps(output))
+    return 0
+
+
+async def _runs_signal(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    payload = parse_json(args.payload, "--payload")
+    app = load_app(args.app) if args.app else None
+    async with connected(args, app) as client:
+        await client.signal(run_id, args.name, payload)
+    print(f"sent {args.name!r} to run {run_id}")
+    return 0
+
+
+async def _runs_emit(args: argparse.Namespace) -> int:
+    payload = parse_json(args.payload, "--payload")
+    app = load_app(args.app) if args.app else None
+    async with connected(args, app) as client:
+        delivered = await client.emit(args.name, payload)
+    if not delivered:
+        print(f"no run is waiting for {args.name!r}")
+    for run_id in delivered:
+        print(f"sent {args.name!r} to run {run_id}")
+    return 0
+
+
+async def _runs_cancel(args: argparse.Namespace) -> int:
+    run_id = parse_run_id(args.run_id)
+    async with connected(args) as client:
+        await client.cancel(run_id)
+        if args.wait:
+            with contextlib.suppress(Exception):
+                await client.result(run_id, timeout=args.timeout)
+            run = (await client.get_run(run_id)).run
+            print(f"run {run_id} {run.status.value}")
+            return 0
+    print(f"cancel requested for run {run_id}")
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Register the ``legato runs`` group on the root parser."""
+    subcommands = group(
+        commands,
+        "runs",
+        "list, inspect, watch, start, signal and cancel runs",
+        description="Inspect and drive runs.",
+        epilog="""examples:
+  legato runs list --status running
+  RUN=$(legato runs start signup --input '{"email": "ada@example.com"}')
+  legato runs signal "$RUN" signup.confirmed --payload '{"code": "c0de"}'
+  legato runs watch "$RUN"
+  legato runs show "$RUN"
+  legato runs cancel "$RUN"
+
+`legato runs COMMAND --help` describes each command.""",
+    )
+
+    listing = command(
+        subcommands,
+        "list",
+        "runs, newest first",
+        _runs_list,
+        """examples:
+  legato runs list
+  legato runs list --workflow signup --status running
+  legato runs list --limit 20 --before 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
+    )
+    listing.add_argument(
+        "--workflow", type=nonempty, metavar="NAME", help="only runs of this workflow"
+    )
+    listing.add_argument(
+        "--status",
+        type=_status,
+        metavar="STATUS",
+        help="only runs in this status: running, succeeded, failed, cancelled",
+    )
+    listing.add_argument(
+        "--limit",
+        type=_limit,
+        default=50,
+        metavar="N",
+        help="at most N runs (default: 50, at most 1000)",
+    )
+    listing.add_argument(
+        "--quarantined",
+        action="store_true",
+        help="list runs parked after too many failed decisions instead, with their last error",
+    )
+    listing.add_argument(
+        "--before",
+        type=_run_id_arg,
+        metavar="RUN_ID",
+        help="runs older than this one (the next page)",
+    )
+
+    show = command(
+        subcommands,
+        "show",
+        "a run: its status, attempts and history",
+        _runs_show,
+        """examples:
+  legato runs show 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
+    )
+    show.add_argument("run_id", metavar="RUN_ID")
+
+    resume = command(
+        subcommands,
+        "resume",
+        "make a quarantined run's decision due again (after fixing what made it fail)",
+        _runs_resume,
+        """examples:
+  legato runs list --quarantined
+  legato runs resume 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
+
+A run whose decision fails is retried with back-off; after 10 failures in a row
+it is quarantined: no decider touches it until it is resumed.""",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+
+    watch = command(
+        subcommands,
+        "watch",
+        "print a run's history, then follow it live until the run finishes",
+        _runs_watch,
+        """examples:
+  legato runs watch 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
+  legato runs watch "$(legato runs start signup --input '{"email": "a@example.com"}')"
+
+New events arrive via LISTEN/NOTIFY (polling if notifications are lost).
+Exit status: 0 when the run succeeded, 1 when it failed or was cancelled,
+2 on --timeout.""",
+    )
+    watch.add_argument("run_id", metavar="RUN_ID")
+    watch.add_argument(
+        "--timeout", type=seconds, metavar="S", help="give up after S seconds (default: never)"
+    )
+    add_poll(watch)
+
+    start = command(
+        subcommands,
+        "start",
+        "start a run of a deployed workflow; prints the run id",
+        _runs_start,
+        """examples:
+  legato runs start signup --input '{"email": "ada@example.com"}'
+  legato runs start signup --input '{"email": "ada@example.com"}' --idempotency-key ada
+  legato runs start orders --app examples.orders:app --input @- --wait < order.json
+
+The deployed version of the workflow runs. Without --app the input is checked
+only when a task reads it; with --app it is first validated by the app's
+input model for that workflow. With --idempotency-key, starting again returns the same run.""",
+    )
+    start.add_argument("workflow", type=nonempty, metavar="WORKFLOW", help="the workflow's name")
+    start.add_argument(
+        "--input", metavar="JSON", help="the run's input as JSON (default: null); @- reads stdin"
+    )
+    start.add_argument(
+        "--idempotency-key", type=nonempty, metavar="KEY", help="start at most one run per key"
+    )
+    add_app(start, required=False, what="; validates the input")
+    start.add_argument("--wait", action="store_true", help="wait for the run and print its output")
+    start.add_argument(
+        "--timeout", type=seconds, metavar="S", help="with --wait: give up after S seconds"
+    )
+
+    signal = command(
+        subcommands,
+        "signal",
+        "send a signal (event) to one run",
+        _runs_signal,
+        """examples:
+  RUN=$(legato runs start signup --input '{"email": "ada@example.com"}')
+  legato runs signal "$RUN" signup.confirmed --payload '{"code": "c0de"}'
+
+A signal sent before the run waits for it is buffered and consumed when the wait
+begins. With --app the payload is validated by the wait's model.""",
+    )
+    signal.add_argument("run_id", metavar="RUN_ID")
+    signal.add_argument(
+        "name", type=nonempty, metavar="NAME", help="the event name the workflow waits for"
+    )
+    signal.add_argument("--payload", metavar="JSON", help="the signal's payload (default: null)")
+    add_app(signal, required=False, what="; validates the payload")
+
+    emit = command(
+        subcommands,
+        "emit",
+        "send an event to every run currently waiting for it",
+        _runs_emit,
+        """examples:
+  legato runs emit signup.confirmed --payload '{"code": "c0de"}'""",
+    )
+    emit.add_argument("name", type=nonempty, metavar="NAME", help="the event name")
+    emit.add_argument("--payload", metavar="JSON", help="the event's payload (default: null)")
+    add_app(emit, required=False, what="; validates the payload")
+
+    cancel = command(
+        subcommands,
+        "cancel",
+        "cancel a running run (running tasks are interrupted)",
+        _runs_cancel,
+        """examples:
+  legato runs cancel 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
+  legato runs cancel 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f --wait""",
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument(
+        "--wait", action="store_true", help="wait until the run has finished cancelling"
+    )
+    cancel.add_argument(
+        "--timeout", type=seconds, default=60.0, metavar="S", help="with --wait (default: 60)"
+    )
+
+
+def _run_id_arg(value: str) -> uuid.UUID:
+    try:
+        return parse_run_id(value)
+    except InvalidRunId as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
