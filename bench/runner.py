@@ -67,7 +67,8 @@ async def run(args: BenchArgs) -> int:
         if args.compare:
             for peer in PEERS:
                 url = await server.empty_database(peer)
-                result = run_peer(peer, url, args.size)
+                log = server.local.log_file if server.local is not None else None
+                result = run_peer(peer, url, args.size, server_log=log)
                 peers.append(result)
                 if result.error:
                     say(f"{peer}: cannot run here: {result.error}")
@@ -105,14 +106,26 @@ def _printer(quiet: bool) -> Any:
     return say
 
 
-def run_peer(peer: str, url: str, size: str, timeout: float = 240.0) -> PeerResult:
-    """Run ``bench/peers/<peer>_bench.py`` in its own process; its last stdout line is JSON."""
+def run_peer(
+    peer: str, url: str, size: str, *, server_log: Path | None = None, timeout: float = 900.0
+) -> PeerResult:
+    """Run ``bench/peers/<peer>_bench.py`` in its own process; its last stdout line is JSON.
+    ``server_log`` (the embedded server's) lets it count real transactions."""
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-m", f"bench.peers.{peer}_bench", "--url", url, "--size", size],
+            [
+                sys.executable,
+                "-m",
+                f"bench.peers.{peer}_bench",
+                "--url",
+                url,
+                "--size",
+                size,
+                *(["--server-log", str(server_log)] if server_log is not None else []),
+            ],
             cwd=REPO,
             env=env,
             capture_output=True,
