@@ -145,15 +145,22 @@ def run_peer(
 #: The comparison rows: (row label, Legato (scenario, name), peer (scenario, name)).
 ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
     ("start, one at a time (runs/s)", ("start", "one at a time"), ("start", "one at a time")),
+    ("  / bare INSERT commit rate (x)", ("start", "one at a time / bare commit rate"), ("", "")),
     ("start, batched (runs/s)", ("start", "batched (start_many)"), ("start", "batched")),
     ("e2e one-task, best layout (wf/s)", ("e2e-1", "*"), ("e2e-1", "*")),
     ("e2e 3-task chain (wf/s)", ("e2e-3", "3-task chain"), ("e2e-3", "3-task chain")),
-    ("wake p50 (ms, lower better)", ("wake", "signal -> next task p50"), ("wake", "p50")),
-    ("wake p99 (ms, lower better)", ("wake", "signal -> next task p99"), ("wake", "p99")),
-    (
-        "commits per workflow (lower better)",
-        ("commits", "commits per one-task workflow"),
-        ("commits", "commits per workflow"),
+    *(
+        (f"{what} {p} (ms, lower better)", ("wake", f"{what} {p}"), ("wake", f"{what} {p}"))
+        for what in ("signal -> next task", "start -> first task")
+        for p in ("p50", "p99")
+    ),
+    *(
+        (f"{label} (lower better)", ("commits", name), ("commits", name))
+        for label, name in (
+            ("real xact per wf, draining", "real transactions per wf, draining"),
+            ("write xids per wf, draining", "write xids per wf, draining"),
+            ("real xact per run, 50 runs/s", "real transactions per run, low load"),
+        )
     ),
 ]
 
