@@ -44,6 +44,8 @@ from bench.peers import (
 )
 
 QUEUE = "bench"
+#: Waiting workflows hold a worker_concurrency slot in DBOS: they get a queue without a limit.
+WAKE_QUEUE = "bench_wake"
 BATCH = 500
 MODULE = "bench.peers.dbos_bench"
 
@@ -122,6 +124,7 @@ def executor(url: str, worker_concurrency: int, polling_interval: float) -> None
     DBOS.register_queue(  # needs the launched system database
         QUEUE, worker_concurrency=worker_concurrency, polling_interval_sec=polling_interval
     )
+    DBOS.register_queue(WAKE_QUEUE, polling_interval_sec=polling_interval)
     print("launched", flush=True)
     sys.stdin.read()  # until the orchestrator ends our stdin
     DBOS.destroy()
@@ -144,8 +147,8 @@ class Bench:
         self.client.destroy()
         self.engine.dispose()
 
-    def options(self, workflow: str) -> Any:
-        return {"workflow_name": workflow, "queue_name": QUEUE}
+    def options(self, workflow: str, queue: str = QUEUE) -> Any:
+        return {"workflow_name": workflow, "queue_name": queue}
 
     def enqueue_batched(self, workflow: str, n: int) -> None:
         for offset in range(0, n, BATCH):
@@ -259,7 +262,7 @@ class Bench:
             started: dict[str, float] = {}
             for i in range(-1, n):  # -1 warms up
                 at = time.time()
-                handle: Any = self.client.enqueue(self.options("bench_waiter"), i)
+                handle: Any = self.client.enqueue(self.options("bench_waiter", WAKE_QUEUE), i)
                 started[handle.workflow_id] = at
                 time.sleep(spacing)
             for workflow_id in started:  # all are in recv once their event is set
