@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from bench.txcount import LOG_LINE_PREFIX, PROBE_APP, STATEMENT_LOG, LogWindow
 from legato import migrations
 from legato.db import create_engine, resolve_url
 from legato.embedded import LocalPostgres
@@ -27,7 +28,12 @@ SCHEMA = "legato"
 
 #: Server settings of the embedded PostgreSQL: room for the bench's connections and the
 #: million-run history; everything else stays at PostgreSQL's (durable) defaults.
-EMBEDDED_SETTINGS = {"max_connections": "200", "shared_buffers": "256MB"}
+#: The log line prefix lets bench.txcount count a scenario's transactions.
+EMBEDDED_SETTINGS = {
+    "max_connections": "200",
+    "shared_buffers": "256MB",
+    "log_line_prefix": LOG_LINE_PREFIX,
+}
 
 
 @dataclass
@@ -42,7 +48,7 @@ class Figure:
 
     def line(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.settings.items())
-        return f"{self.scenario:<8} {self.name:<34} {_fmt(self.value):>10} {self.unit:<6} {shown}"
+        return f"{self.scenario:<8} {self.name:<46} {_fmt(self.value):>10} {self.unit:<6} {shown}"
 
 
 def _fmt(value: float) -> str:
@@ -144,6 +150,15 @@ class Server:
         self._made.append(Target(self.url_of(name), ""))
         return self.url_of(name)
 
+    async def statement_log(self, target: Target) -> LogWindow | None:
+        """Log every statement of ``target``'s database from its next connections on, to
+        count its transactions (bench.txcount); None when the server's log is not ours."""
+        if self.local is None or not self.databases:
+            return None
+        database = resolve_url(target.url).database
+        await self._admin(f"ALTER DATABASE \"{database}\" SET log_statement = '{STATEMENT_LOG}'")
+        return LogWindow(self.local.log_file, str(database))
+
     async def stop(self) -> None:
         if self.local is not None:
             for line in self.local.crash_reports():
@@ -158,6 +173,17 @@ class Server:
                 await self._admin(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE')
         if self._template is not None:
             await self._admin(f'DROP DATABASE IF EXISTS "{self._template}" WITH (FORCE)')
+
+
+def probe_engine(target: Target) -> AsyncEngine:
+    """An engine for the bench's own reads (progress polls, counters), named so that
+    bench.txcount leaves its transactions out."""
+    return create_engine(
+        target.url,
+        target.schema,
+        pool_size=2,
+        connect_args={"server_settings": {"application_name": PROBE_APP}},
+    )
 
 
 async def machine_context(engine: AsyncEngine) -> dict[str, Any]:

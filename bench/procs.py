@@ -34,6 +34,7 @@ class ProcSpec:
     role: str
     concurrency: int = 64
     poll_interval: float = 0.5
+    metrics: bool = False
 
 
 def _main(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
@@ -45,6 +46,10 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
     from legato import Roles, Runtime
     from legato.db import create_engine
 
+    if spec.metrics:
+        from legato.observability import enable_metrics
+
+        enable_metrics()
     engine = create_engine(spec.url, spec.schema, pool_size=8, max_overflow=8)
     try:
         async with engine.connect() as conn:  # warm the pool and the dialect
@@ -85,6 +90,7 @@ class Fleet:
         concurrency: int = 64,
         profile_dir: Path | None = None,
         profile_label: str = "",
+        metrics: bool = False,
     ) -> None:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["bench.flows", "bench.procs", "legato.runtime", "legato.db"])
@@ -99,7 +105,7 @@ class Fleet:
         for role, count in ((ROLE_DECIDER, deciders), (ROLE_WORKER, workers)):
             for i in range(count):
                 ready = ctx.Event()
-                spec = ProcSpec(url, schema, role, concurrency=concurrency)
+                spec = ProcSpec(url, schema, role, concurrency=concurrency, metrics=metrics)
                 proc = ctx.Process(
                     target=_main, args=(spec, ready, self.go, self.stop_event), daemon=True
                 )
@@ -108,7 +114,7 @@ class Fleet:
                 self.names.append(f"{role}-{i}")
         self.layout = (
             f"{workers} worker process(es) x {concurrency} slots + {deciders} decider "
-            f"process(es) x {DECIDER_LOOPS} loops"
+            f"process(es) x {DECIDER_LOOPS} loops" + (", metrics on" if metrics else "")
         )
 
     def start(self, timeout: float = 60.0) -> None:

@@ -67,7 +67,8 @@ async def run(args: BenchArgs) -> int:
         if args.compare:
             for peer in PEERS:
                 url = await server.empty_database(peer)
-                result = run_peer(peer, url, args.size)
+                log = server.local.log_file if server.local is not None else None
+                result = run_peer(peer, url, args.size, server_log=log)
                 peers.append(result)
                 if result.error:
                     say(f"{peer}: cannot run here: {result.error}")
@@ -105,14 +106,26 @@ def _printer(quiet: bool) -> Any:
     return say
 
 
-def run_peer(peer: str, url: str, size: str, timeout: float = 240.0) -> PeerResult:
-    """Run ``bench/peers/<peer>_bench.py`` in its own process; its last stdout line is JSON."""
+def run_peer(
+    peer: str, url: str, size: str, *, server_log: Path | None = None, timeout: float = 900.0
+) -> PeerResult:
+    """Run ``bench/peers/<peer>_bench.py`` in its own process; its last stdout line is JSON.
+    ``server_log`` (the embedded server's) lets it count real transactions."""
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-m", f"bench.peers.{peer}_bench", "--url", url, "--size", size],
+            [
+                sys.executable,
+                "-m",
+                f"bench.peers.{peer}_bench",
+                "--url",
+                url,
+                "--size",
+                size,
+                *(["--server-log", str(server_log)] if server_log is not None else []),
+            ],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -132,15 +145,22 @@ def run_peer(peer: str, url: str, size: str, timeout: float = 240.0) -> PeerResu
 #: The comparison rows: (row label, Legato (scenario, name), peer (scenario, name)).
 ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
     ("start, one at a time (runs/s)", ("start", "one at a time"), ("start", "one at a time")),
+    ("  / bare INSERT commit rate (x)", ("start", "one at a time / bare commit rate"), ("", "")),
     ("start, batched (runs/s)", ("start", "batched (start_many)"), ("start", "batched")),
     ("e2e one-task, best layout (wf/s)", ("e2e-1", "*"), ("e2e-1", "*")),
     ("e2e 3-task chain (wf/s)", ("e2e-3", "3-task chain"), ("e2e-3", "3-task chain")),
-    ("wake p50 (ms, lower better)", ("wake", "signal -> next task p50"), ("wake", "p50")),
-    ("wake p99 (ms, lower better)", ("wake", "signal -> next task p99"), ("wake", "p99")),
-    (
-        "commits per workflow (lower better)",
-        ("commits", "commits per one-task workflow"),
-        ("commits", "commits per workflow"),
+    *(
+        (f"{what} {p} (ms, lower better)", ("wake", f"{what} {p}"), ("wake", f"{what} {p}"))
+        for what in ("signal -> next task", "start -> first task")
+        for p in ("p50", "p99")
+    ),
+    *(
+        (f"{label} (lower better)", ("commits", name), ("commits", name))
+        for label, name in (
+            ("real xact per wf, draining", "real transactions per wf, draining"),
+            ("write xids per wf, draining", "write xids per wf, draining"),
+            ("real xact per run, 50 runs/s", "real transactions per run, low load"),
+        )
     ),
 ]
 

@@ -1,4 +1,5 @@
-"""Legato's scenarios: start, e2e-1, e2e-3, wake, history, commits per workflow."""
+"""Legato's scenarios: start (with the bare-commit floor), e2e-1, e2e-3, wake, latency,
+history, claims, commits (real transactions per run), metrics overhead."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.flows import Go, app, chain3, fanout10, one, one_tx, wake
-from bench.harness import Figure, Server, percentile
+from bench.harness import Figure, Server, Target, percentile, probe_engine
 from bench.procs import Fleet
 from legato import App, Client, Workflow
 from legato.db import create_engine
@@ -36,13 +38,17 @@ class Sizes:
     wake: int
     history_runs: int
     history_samples: int
+    low_load_seconds: float
 
 
 SIZES = {
-    "tiny": Sizes(20, 200, 20, 10, 4, 5, 500, 5),
-    "small": Sizes(300, 3_000, 500, 200, 40, 50, 20_000, 50),
-    "full": Sizes(1_000, 30_000, 5_000, 1_000, 100, 200, 1_000_000, 200),
+    "tiny": Sizes(20, 200, 20, 10, 4, 5, 500, 5, 0.5),
+    "small": Sizes(300, 3_000, 500, 200, 40, 50, 20_000, 100, 3.0),
+    "full": Sizes(1_000, 30_000, 5_000, 1_000, 100, 200, 1_000_000, 400, 5.0),
 }
+
+#: Runs per second of the low-load commits scenario (one at a time from one client).
+LOW_LOAD_RATE = 50
 
 
 @dataclass
@@ -56,24 +62,23 @@ class Options:
 @dataclass(frozen=True)
 class Counters:
     commits: int
-    rollbacks: int
     xid: int
 
 
 async def counters(engine: AsyncEngine) -> Counters:
-    """This database's committed/rolled-back transactions and the cluster's next xid."""
+    """This database's committed transactions (pg_stat) and the cluster's next xid."""
     async with engine.connect() as conn:
         await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
         row = (
             await conn.execute(
                 text(
-                    "SELECT xact_commit, xact_rollback, "
+                    "SELECT xact_commit, "
                     "pg_snapshot_xmax(pg_current_snapshot())::text::bigint "
                     "FROM pg_stat_database WHERE datname = current_database()"
                 )
             )
         ).one()
-    return Counters(int(row[0]), int(row[1]), int(row[2]))
+    return Counters(int(row[0]), int(row[1]))
 
 
 async def _running(engine: AsyncEngine) -> int:
@@ -90,30 +95,95 @@ async def _statuses(engine: AsyncEngine) -> dict[str, int]:
         return {str(status): int(n) for status, n in result}
 
 
-# -- start -----------------------------------------------------------------------------------
+# -- start, and the bare commit it is compared with ------------------------------------------
+
+
+class BareCommit:
+    """The floor for one client: a one-row ``INSERT`` committed from asyncpg (autocommit),
+    on the same server, measured in the same run as the figure it is compared with."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.table = f'"{target.schema}".bench_bare_commit'
+        self._conn: asyncpg.Connection | None = None
+
+    async def open(self) -> BareCommit:
+        self._conn = await asyncpg.connect(self.target.url)
+        await self._conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.table} "
+            "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int NOT NULL)"
+        )
+        await self.timed(20)  # warm: the prepared statement, the page
+        return self
+
+    async def timed(self, n: int) -> list[float]:
+        """Commit ``n`` inserts one after the other; each one's latency in ms."""
+        assert self._conn is not None
+        samples = []
+        statement = f"INSERT INTO {self.table} (v) VALUES ($1)"
+        for i in range(n):
+            t0 = time.perf_counter()
+            await self._conn.execute(statement, i)
+            samples.append((time.perf_counter() - t0) * 1000)
+        return samples
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+
+def bare_figures(scenario: str, samples: list[float]) -> list[Figure]:
+    settings = {"commits": len(samples), "client": "1 asyncpg connection, autocommit"}
+    return [
+        Figure(scenario, "bare INSERT commit, one client", _rate(samples), "/s", settings),
+        Figure(scenario, "bare INSERT commit p50", percentile(samples, 50), "ms", settings),
+    ]
+
+
+def multiple(scenario: str, name: str, value: float, floor: float) -> Figure:
+    """``value`` as a multiple of the bare commit's (a rate ratio or a latency multiple)."""
+    return Figure(scenario, name, value / floor if floor else float("nan"), "x", {})
+
+
+def _rate(samples_ms: list[float]) -> float:
+    return len(samples_ms) / (sum(samples_ms) / 1000) if samples_ms else float("nan")
 
 
 async def scenario_start(server: Server, opts: Options) -> list[Figure]:
+    """Sequential starts interleaved block by block with bare commits (so both see the
+    same machine), then batched starts."""
     target = await server.fresh("start")
     engine = create_engine(target.url, target.schema)
+    bare = await BareCommit(target).open()
     try:
         async with Client(engine, app=app) as client:
             await client.deploy()
-            await client.start(one, 0)  # warm: version cache, pool, statement cache
-            n = opts.size.start_one
-            t0 = time.perf_counter()
-            for i in range(n):
+            for i in range(20):  # warm: version cache, pool, statement cache
                 await client.start(one, i)
-            sequential = n / (time.perf_counter() - t0)
+            n = opts.size.start_one
+            blocks = min(10, n)
+            starts: list[float] = []
+            commits: list[float] = []
+            for block in range(blocks):
+                for i in range(n // blocks):
+                    t0 = time.perf_counter()
+                    await client.start(one, block * n + i)
+                    starts.append((time.perf_counter() - t0) * 1000)
+                commits += await bare.timed(n // blocks)
             m = opts.size.start_batched
             t0 = time.perf_counter()
             for offset in range(0, m, BATCH):
                 await client.start_many(one, list(range(offset, min(m, offset + BATCH))))
             batched = m / (time.perf_counter() - t0)
     finally:
+        await bare.close()
         await engine.dispose()
+    sequential = _rate(starts)
+    one_settings = {"runs": len(starts), "client": 1, "p50 ms": round(percentile(starts, 50), 2)}
     return [
-        Figure("start", "one at a time", sequential, "runs/s", {"runs": n, "client": 1}),
+        Figure("start", "one at a time", sequential, "runs/s", one_settings),
+        *bare_figures("start", commits),
+        multiple("start", "one at a time / bare commit rate", sequential, _rate(commits)),
         Figure("start", "batched (start_many)", batched, "runs/s", {"runs": m, "batch": BATCH}),
     ]
 
@@ -127,8 +197,8 @@ class Drained:
     seconds: float
     layout: str
     commits_per_wf: float
-    rollbacks_per_wf: float
     xids_per_wf: float
+    transactions_per_wf: float | None
     statuses: dict[str, int]
 
 
@@ -141,10 +211,18 @@ async def drain(
     workers: int,
     deciders: int,
     label: str,
+    metrics: bool = False,
+    count_transactions: bool = False,
 ) -> Drained:
-    """Start ``n`` runs, then release the processes and time until all have finished."""
+    """Start ``n`` runs, then release the processes and time until all have finished.
+
+    ``count_transactions`` logs the database's statements (bench.txcount) to count the
+    real transactions of the drain; it slows the server, so throughput figures leave it off.
+    """
     target = await server.fresh(label)
     engine = create_engine(target.url, target.schema)
+    probe = probe_engine(target)
+    window = await server.statement_log(target) if count_transactions else None
     try:
         async with Client(engine, app=app) as client:
             await client.deploy()
@@ -158,31 +236,36 @@ async def drain(
             concurrency=opts.concurrency,
             profile_dir=opts.profile_dir,
             profile_label=f"{label}-",
+            metrics=metrics,
         )
         await asyncio.to_thread(fleet.start)
         try:
-            before = await counters(engine)
+            before = await counters(probe)
+            if window is not None:
+                window.open()
             t0 = time.perf_counter()
             fleet.release()
             deadline = t0 + max(120.0, n / 20)
-            while await _running(engine) > 0:
+            while await _running(probe) > 0:
                 if time.perf_counter() > deadline:
                     raise RuntimeError(f"{label}: runs still running after {deadline - t0:.0f}s")
                 await asyncio.sleep(0.02)
             seconds = time.perf_counter() - t0
         finally:
             await asyncio.to_thread(fleet.shutdown)
-        after = await counters(engine)  # the processes have exited: their stats are flushed
-        statuses = await _statuses(engine)
+        after = await counters(probe)  # the processes have exited: their stats are flushed
+        transactions = window.count() if window is not None else None
+        statuses = await _statuses(probe)
     finally:
+        await probe.dispose()
         await engine.dispose()
     return Drained(
         rate=n / seconds,
         seconds=seconds,
         layout=fleet.layout,
         commits_per_wf=(after.commits - before.commits) / n,
-        rollbacks_per_wf=(after.rollbacks - before.rollbacks) / n,
         xids_per_wf=(after.xid - before.xid) / n,
+        transactions_per_wf=None if transactions is None else transactions / n,
         statuses=statuses,
     )
 
@@ -208,7 +291,20 @@ async def scenario_e2e_1(server: Server, opts: Options) -> list[Figure]:
         if saturated is None or d.rate > saturated.rate:
             saturated = d
     assert saturated is not None
-    figures.append(commit_figure(saturated, n))
+    figures.append(
+        Figure(
+            "commits",
+            "xact_commit per wf, draining",
+            saturated.commits_per_wf,
+            "xact",
+            {
+                "runs": n,
+                "layout": saturated.layout,
+                "note": "pg_stat_database, counts NOTIFY deliveries",
+                "write xids per wf": round(saturated.xids_per_wf, 3),
+            },
+        )
+    )
     figures.append(await _e2e_1_transactional(server, opts, n))
     return figures
 
@@ -229,19 +325,99 @@ async def _e2e_1_transactional(server: Server, opts: Options, n: int) -> Figure:
     return Figure("e2e-1", "transactional task, worker per core", d.rate, "wf/s", settings)
 
 
-def commit_figure(d: Drained, n: int) -> Figure:
-    return Figure(
-        "commits",
-        "commits per one-task workflow",
-        d.commits_per_wf,
-        "xact",
-        {
-            "runs": n,
-            "layout": d.layout,
-            "write xids per wf (incl. savepoints)": round(d.xids_per_wf, 2),
-            "rollbacks per wf": round(d.rollbacks_per_wf, 2),
-        },
+async def scenario_commits(server: Server, opts: Options) -> list[Figure]:
+    """Real transactions per one-task run (bench.txcount): while draining a backlog
+    (the batched path), and at low load (runs started one at a time at
+    :data:`LOW_LOAD_RATE`/s, each decided, claimed and reported on its own)."""
+    n = opts.size.e2e_1
+    d = await drain(
+        server, opts, one, n, workers=1, deciders=1, label="commits", count_transactions=True
     )
+    figures = [
+        Figure(
+            "commits",
+            "real transactions per wf, draining",
+            d.transactions_per_wf if d.transactions_per_wf is not None else d.xids_per_wf,
+            "xact",
+            {
+                "runs": n,
+                "layout": d.layout,
+                "counted by": "statement log" if d.transactions_per_wf is not None else "xids",
+            },
+        ),
+        Figure("commits", "write xids per wf, draining", d.xids_per_wf, "xid", {"runs": n}),
+    ]
+    return figures + await _low_load_commits(server, opts)
+
+
+async def _low_load_commits(server: Server, opts: Options) -> list[Figure]:
+    target = await server.fresh("lowload")
+    window = await server.statement_log(target)
+    engine = create_engine(target.url, target.schema)
+    probe = probe_engine(target)
+    fleet = Fleet(target.url, target.schema, workers=1, deciders=1, concurrency=opts.concurrency)
+    n = max(1, round(LOW_LOAD_RATE * opts.size.low_load_seconds))
+    try:
+        async with Client(engine, app=app) as client:
+            await client.deploy()
+            await client.start(one, -1)  # warm the client outside the window
+            await asyncio.to_thread(fleet.start)
+            fleet.release()
+            await _wait_until(lambda: _none_running(probe), 60, "the warm-up run")
+            before = await counters(probe)
+            if window is not None:
+                window.open()
+            t0 = time.perf_counter()
+            for i in range(n):
+                await client.start(one, i)
+                await asyncio.sleep(max(0.0, t0 + (i + 1) / LOW_LOAD_RATE - time.perf_counter()))
+            await _wait_until(lambda: _none_running(probe), 60, "the low-load runs")
+            seconds = time.perf_counter() - t0
+            after = await counters(probe)
+            transactions = window.count() if window is not None else None
+    finally:
+        await asyncio.to_thread(fleet.shutdown)
+        await probe.dispose()
+        await engine.dispose()
+    settings: dict[str, Any] = {
+        "runs": n,
+        "rate": f"{LOW_LOAD_RATE}/s",
+        "seconds": round(seconds, 1),
+        "layout": fleet.layout,
+        "includes": "the start, and the idle loops' polls in the window",
+    }
+    figures = [
+        Figure("commits", "write xids per run, low load", (after.xid - before.xid) / n, "xid", {})
+    ]
+    if transactions is not None:
+        figures.insert(
+            0,
+            Figure(
+                "commits", "real transactions per run, low load", transactions / n, "xact", settings
+            ),
+        )
+    else:
+        figures[0].settings = settings
+    return figures
+
+
+async def scenario_metrics(server: Server, opts: Options) -> list[Figure]:
+    """e2e-1 on one worker + one decider process with metrics off and on
+    (``legato.observability.enable_metrics()`` in every process), alternated twice."""
+    n = opts.size.e2e_1
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for metrics in (False, True, False, True):
+        d = await drain(
+            server, opts, one, n, workers=1, deciders=1, label="metrics", metrics=metrics
+        )
+        rates[metrics].append(d.rate)
+    off, on = max(rates[False]), max(rates[True])
+    settings = {"runs": n, "drains": "off, on, off, on; best of each"}
+    return [
+        Figure("metrics", "e2e-1, metrics off", off, "wf/s", settings),
+        Figure("metrics", "e2e-1, metrics on", on, "wf/s", settings),
+        Figure("metrics", "metrics on / off (1 - it is the overhead)", on / off, "x", settings),
+    ]
 
 
 async def scenario_e2e_3(server: Server, opts: Options) -> list[Figure]:
@@ -272,75 +448,196 @@ async def _wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what
 
 
 async def scenario_wake(server: Server, opts: Options) -> list[Figure]:
-    """Start-to-first-task and signal-to-next-task latency, measured one run at a time."""
+    """Start-to-first-task and signal-to-next-task latency, measured one run at a time,
+    and each p50 as a multiple of a bare commit's p50 measured right after."""
     n = opts.size.wake
     target = await server.fresh("wake")
     engine = create_engine(target.url, target.schema)
-    fleet = Fleet(
+    probe = probe_engine(target)
+    fleet = _latency_fleet(target, opts, "wake-")
+    bare = await BareCommit(target).open()
+    try:
+        async with Client(engine, app=app) as client:
+            await client.deploy()
+            await asyncio.to_thread(fleet.start)
+            fleet.release()
+            first, after = await wake_samples(client, probe, n, warm=True)
+            commits = await bare.timed(max(100, n))
+    finally:
+        await bare.close()
+        await asyncio.to_thread(fleet.shutdown)
+        await probe.dispose()
+        await engine.dispose()
+    settings = {"samples": n, "layout": fleet.layout, "spacing_ms": WAKE_SPACING * 1000}
+    figures = []
+    for label, samples in (("signal -> next task", after), ("start -> first task", first)):
+        for p in (50, 95, 99):
+            figures.append(Figure("wake", f"{label} p{p}", percentile(samples, p), "ms", settings))
+    floor = percentile(commits, 50)
+    figures += bare_figures("wake", commits)
+    for label, samples in (("signal -> next task", after), ("start -> first task", first)):
+        figures.append(
+            multiple("wake", f"{label} p50 / bare commit p50", percentile(samples, 50), floor)
+        )
+    return figures
+
+
+WAKE_SPACING = 0.02  # between one start (or signal) and the next
+
+
+def _latency_fleet(target: Target, opts: Options, label: str) -> Fleet:
+    return Fleet(
         target.url,
         target.schema,
         workers=1,
         deciders=1,
         concurrency=opts.concurrency,
         profile_dir=opts.profile_dir,
-        profile_label="wake-",
+        profile_label=label,
     )
-    spacing = 0.02
+
+
+async def wake_samples(
+    client: Client, probe: AsyncEngine, n: int, *, warm: bool = False
+) -> tuple[list[float], list[float]]:
+    """Start ``n`` wake runs one at a time, then signal each once all wait: the ms from
+    ``Client.start`` to the first task's start, and from ``Client.signal`` to the next."""
+    if warm:
+        handle = await client.start(wake, -1)
+        await _wait_until(lambda: _waiting(probe, [handle.run_id]), 30, "the warm-up run")
+        await client.signal(handle.run_id, "go", Go(n=-1))
+        await handle.result(timeout=30)
+    started: dict[uuid.UUID, float] = {}
+    for i in range(n):
+        at = time.time()
+        handle = await client.start(wake, i)
+        started[handle.run_id] = at
+        await asyncio.sleep(WAKE_SPACING)
+    runs = list(started)
+    await _wait_until(lambda: _waiting(probe, runs), 60, "the runs to wait for 'go'")
+    signalled: dict[uuid.UUID, float] = {}
+    for i, run_id in enumerate(runs):
+        signalled[run_id] = time.time()
+        await client.signal(run_id, "go", Go(n=i))
+        await asyncio.sleep(WAKE_SPACING)
+    await _wait_until(lambda: _finished(probe, runs), 60, "the runs to finish")
+    stamps = await _stamps(probe, runs)
+    first = [(stamps[(r, "stamp")] - at) * 1000 for r, at in started.items()]
+    after = [(stamps[(r, "stamp_go")] - at) * 1000 for r, at in signalled.items()]
+    return first, after
+
+
+async def scenario_latency(server: Server, opts: Options) -> list[Figure]:
+    """Wake and start-to-first-task p50/p95/p99 at rest, then under a background load of
+    half the e2e-1 capacity this fleet measured just before (one-task runs started in
+    small batches every 20 ms by a second client)."""
+    n = opts.size.wake
+    target = await server.fresh("latency")
+    engine = create_engine(target.url, target.schema)
+    loader_engine = create_engine(target.url, target.schema)
+    probe = probe_engine(target)
+    fleet = _latency_fleet(target, opts, "latency-")
+    bare = await BareCommit(target).open()
     try:
-        async with Client(engine, app=app) as client:
+        async with Client(engine, app=app) as client, Client(loader_engine, app=app) as loader:
             await client.deploy()
             await asyncio.to_thread(fleet.start)
             fleet.release()
-            started: dict[uuid.UUID, float] = {}
-            warm = await client.start(wake, -1)
-            await _wait_until(lambda: _waiting(engine, 1), 30, "the warm-up run")
-            await client.signal(warm.run_id, "go", Go(n=-1))
-            await warm.result(timeout=30)
-            for i in range(n):
-                at = time.time()
-                handle = await client.start(wake, i)
-                started[handle.run_id] = at
-                await asyncio.sleep(spacing)
-            await _wait_until(lambda: _waiting(engine, n), 60, "the runs to wait for 'go'")
-            signalled: dict[uuid.UUID, float] = {}
-            for i, run_id in enumerate(started):
-                signalled[run_id] = time.time()
-                await client.signal(run_id, "go", Go(n=i))
-                await asyncio.sleep(spacing)
-            await _wait_until(lambda: _none_running(engine), 60, "the runs to finish")
-            stamps = await _stamps(engine)
+            capacity = await _capacity(loader, probe, opts.size.e2e_1)
+            rest = await wake_samples(client, probe, n, warm=True)
+            rate = capacity / 2
+            stop = asyncio.Event()
+            background = asyncio.create_task(_load(loader, rate, stop))
+            try:
+                loaded = await wake_samples(client, probe, n)
+            finally:
+                stop.set()
+                achieved = await background
+            commits = await bare.timed(max(100, n))
     finally:
+        await bare.close()
         await asyncio.to_thread(fleet.shutdown)
+        await probe.dispose()
+        await loader_engine.dispose()
         await engine.dispose()
-    first = [(stamps[(r, "stamp")] - at) * 1000 for r, at in started.items()]
-    after = [(stamps[(r, "stamp_go")] - at) * 1000 for r, at in signalled.items()]
-    settings = {"samples": n, "layout": fleet.layout, "spacing_ms": spacing * 1000}
-    figures = []
-    for label, samples in (("signal -> next task", after), ("start -> first task", first)):
-        for p in (50, 95, 99):
-            figures.append(Figure("wake", f"{label} p{p}", percentile(samples, p), "ms", settings))
+    floor = percentile(commits, 50)
+    figures = [
+        Figure(
+            "latency", "e2e-1 capacity of this fleet", capacity, "wf/s", {"layout": fleet.layout}
+        ),
+        Figure("latency", "background load", achieved, "wf/s", {"target": round(rate)}),
+        *bare_figures("latency", commits),
+    ]
+    for load, (first, after) in (("at rest", rest), ("at 50% load", loaded)):
+        for label, samples in (("signal -> next task", after), ("start -> first task", first)):
+            settings = {
+                "samples": n,
+                "p50 / bare commit p50": round(percentile(samples, 50) / floor, 1),
+            }
+            for p in (50, 95, 99):
+                name = f"{label} {load} p{p}"
+                figures.append(Figure("latency", name, percentile(samples, p), "ms", settings))
     return figures
 
 
-async def _waiting(engine: AsyncEngine, n: int) -> bool:
-    async with engine.connect() as conn:
+async def _capacity(client: Client, probe: AsyncEngine, n: int) -> float:
+    """One-task runs per second this fleet drains from a backlog of ``n``."""
+    t0 = time.perf_counter()
+    for offset in range(0, n, BATCH):
+        await client.start_many(one, list(range(offset, min(n, offset + BATCH))))
+    await _wait_until(lambda: _none_running(probe), max(60.0, n / 20), "the capacity drain")
+    return n / (time.perf_counter() - t0)
+
+
+async def _load(client: Client, rate: float, stop: asyncio.Event) -> float:
+    """Start one-task runs at ``rate``/s until ``stop``; the rate achieved."""
+    tick = 0.02
+    started = 0
+    t0 = time.perf_counter()
+    while not stop.is_set():
+        due = int(rate * (time.perf_counter() - t0)) - started
+        if due > 0:
+            await client.start_many(one, list(range(started, started + due)))
+            started += due
+        await asyncio.sleep(tick)
+    return started / (time.perf_counter() - t0)
+
+
+async def _waiting(probe: AsyncEngine, runs: list[uuid.UUID]) -> bool:
+    async with probe.connect() as conn:
         result = await conn.execute(
             select(func.count())
             .select_from(Tasks.table)
-            .where(Tasks.node_id == "go", Tasks.state == TaskState.WAITING)
+            .where(
+                Tasks.run_id.in_(runs),
+                Tasks.node_id == "go",
+                Tasks.state == TaskState.WAITING,
+            )
         )
-        return int(result.scalar_one()) >= n
+        return int(result.scalar_one()) >= len(runs)
 
 
 async def _none_running(engine: AsyncEngine) -> bool:
     return await _running(engine) == 0
 
 
-async def _stamps(engine: AsyncEngine) -> dict[tuple[uuid.UUID, str], float]:
-    async with engine.connect() as conn:
+async def _finished(probe: AsyncEngine, runs: list[uuid.UUID]) -> bool:
+    async with probe.connect() as conn:
+        result = await conn.execute(
+            select(func.count())
+            .select_from(Runs.table)
+            .where(Runs.id.in_(runs), Runs.status == RunStatus.RUNNING)
+        )
+        return int(result.scalar_one()) == 0
+
+
+async def _stamps(probe: AsyncEngine, runs: list[uuid.UUID]) -> dict[tuple[uuid.UUID, str], float]:
+    async with probe.connect() as conn:
         result = await conn.execute(
             select(Tasks.run_id, Tasks.node_id, Tasks.output).where(
-                Tasks.node_id.in_(["stamp", "stamp_go"]), Tasks.state == TaskState.COMPLETED
+                Tasks.run_id.in_(runs),
+                Tasks.node_id.in_(["stamp", "stamp_go"]),
+                Tasks.state == TaskState.COMPLETED,
             )
         )
         return {
@@ -353,35 +650,52 @@ async def _stamps(engine: AsyncEngine) -> dict[tuple[uuid.UUID, str], float]:
 # -- history ---------------------------------------------------------------------------------
 
 
-async def _cycles(
-    engine: AsyncEngine, client: Client, samples: int, worker_app: App = app
-) -> tuple[list[float], ...]:
-    """Start a run, decide it, claim its task, let it finish, decide again; time each step."""
-    decider = DeciderLoop(engine)
-    worker = Worker(engine, worker_app, queues=("default",), concurrency=4, flush_interval=0)
-    claims: list[float] = []
-    decides: list[float] = []
-    try:
-        for i in range(samples + 10):  # the first 10 warm up
-            await client.start(one, i)
+class Cycler:
+    """One database's start -> decide -> claim -> finish -> decide cycle, in-process,
+    each step timed; its decider and worker are made once, so rounds can alternate
+    between databases (interleaving cancels the machine's drift out of the ratios)."""
+
+    def __init__(self, engine: AsyncEngine, client: Client, worker_app: App = app) -> None:
+        self.client = client
+        self.decider = DeciderLoop(engine)
+        self.worker = Worker(
+            engine, worker_app, queues=("default",), concurrency=4, flush_interval=0
+        )
+        self.claims: list[float] = []
+        self.decides: list[float] = []
+        self._i = 0
+
+    async def run(self, cycles: int, *, keep: bool = True) -> None:
+        for _ in range(cycles):
+            self._i += 1
+            await self.client.start(one, self._i)
             t0 = time.perf_counter()
-            await decider.tick()
+            await self.decider.tick()
             t1 = time.perf_counter()
-            done = worker.completed
-            await worker.tick()
+            done = self.worker.completed
+            await self.worker.tick()
             t2 = time.perf_counter()
-            while worker.completed == done:  # noqa: ASYNC110 - the worker exposes a counter
+            while self.worker.completed == done:  # noqa: ASYNC110 - the worker exposes a counter
                 await asyncio.sleep(0.0005)
             t3 = time.perf_counter()
-            await decider.tick()
+            await self.decider.tick()
             t4 = time.perf_counter()
-            if i >= 10:
-                decides += [(t1 - t0) * 1000, (t4 - t3) * 1000]
-                claims.append((t2 - t1) * 1000)
-    finally:
-        worker.stop()
-        await worker.on_stop()
-    return claims, decides
+            if keep:
+                self.decides += [(t1 - t0) * 1000, (t4 - t3) * 1000]
+                self.claims.append((t2 - t1) * 1000)
+
+    async def close(self) -> None:
+        self.worker.stop()
+        await self.worker.on_stop()
+
+
+async def interleaved(cyclers: list[Cycler], samples: int, round_size: int = 10) -> None:
+    """Warm every cycler, then ``samples`` timed cycles each, in alternating rounds."""
+    for cycler in cyclers:
+        await cycler.run(10, keep=False)
+    for done in range(0, samples, round_size):
+        for cycler in cyclers:
+            await cycler.run(min(round_size, samples - done))
 
 
 async def generate_history(engine: AsyncEngine, n: int) -> float:
@@ -463,24 +777,39 @@ async def generate_history(engine: AsyncEngine, n: int) -> float:
 
 
 async def scenario_history(server: Server, opts: Options) -> list[Figure]:
+    """Claim and decide p50 on an empty database and on one holding ``history_runs``
+    finished runs, in alternating rounds of 10 cycles (same moments of the machine)."""
     n, samples = opts.size.history_runs, opts.size.history_samples
-    target = await server.fresh("history")
-    engine = create_engine(target.url, target.schema)
+    empty_target = await server.fresh("history-empty")
+    full_target = await server.fresh("history")
+    empty_engine = create_engine(empty_target.url, empty_target.schema)
+    full_engine = create_engine(full_target.url, full_target.schema)
+    cyclers: list[Cycler] = []
     try:
-        async with Client(engine, app=app) as client:
-            await client.deploy()
-            empty_claims, empty_decides = await _cycles(engine, client, samples)
-            seconds = await generate_history(engine, n)
-            full_claims, full_decides = await _cycles(engine, client, samples)
+        async with Client(empty_engine, app=app) as empty, Client(full_engine, app=app) as full:
+            await empty.deploy()
+            await full.deploy()
+            seconds = await generate_history(full_engine, n)
+            cyclers = [Cycler(empty_engine, empty), Cycler(full_engine, full)]
+            await interleaved(cyclers, samples)
     finally:
-        await engine.dispose()
-    settings = {"samples": samples, "history runs": n, "generated in s": round(seconds, 1)}
+        for cycler in cyclers:
+            await cycler.close()
+        await full_engine.dispose()
+        await empty_engine.dispose()
+    settings = {
+        "samples": samples,
+        "order": "interleaved rounds of 10",
+        "history runs": n,
+        "generated in s": round(seconds, 1),
+    }
     figures = []
-    for name, empty, full in (
-        ("claim", empty_claims, full_claims),
-        ("decide", empty_decides, full_decides),
+    e, f = cyclers
+    for name, empty_samples, full_samples in (
+        ("claim", e.claims, f.claims),
+        ("decide", e.decides, f.decides),
     ):
-        e50, f50 = percentile(empty, 50), percentile(full, 50)
+        e50, f50 = percentile(empty_samples, 50), percentile(full_samples, 50)
         figures.append(Figure("history", f"{name} p50, empty DB", e50, "ms", settings))
         figures.append(Figure("history", f"{name} p50, {n:,} runs", f50, "ms", settings))
         figures.append(Figure("history", f"{name} ratio history/empty", f50 / e50, "x", settings))
@@ -489,21 +818,31 @@ async def scenario_history(server: Server, opts: Options) -> list[Figure]:
 
 async def scenario_claims(server: Server, opts: Options) -> list[Figure]:
     """The claim's cost without limits (the one-statement claim) and with a queue limit
-    that never binds here (the limited claim's transaction): p50 of a worker's claim."""
+    that never binds here (the limited claim's transaction): p50 of a worker's claim,
+    the two measured in alternating rounds."""
     samples = opts.size.history_samples
     limited = App(list(app.workflows.values()), queue_limits={"default": 64})
-    figures: list[Figure] = []
-    for name, worker_app in (("claim p50, no limit", app), ("claim p50, queue limit", limited)):
-        target = await server.fresh(f"claims-{len(figures)}")
-        engine = create_engine(target.url, target.schema)
-        try:
-            async with Client(engine, app=app) as client:
-                await client.deploy()
-                claims, _ = await _cycles(engine, client, samples, worker_app)
-        finally:
+    engines: list[AsyncEngine] = []
+    cyclers: list[Cycler] = []
+    try:
+        for label, worker_app in (("plain", app), ("limited", limited)):
+            target = await server.fresh(f"claims-{label}")
+            engine = create_engine(target.url, target.schema)
+            engines.append(engine)
+            client = Client(engine, app=app)
+            await client.deploy()
+            cyclers.append(Cycler(engine, client, worker_app))
+        await interleaved(cyclers, samples)
+    finally:
+        for cycler in cyclers:
+            await cycler.close()
+        for engine in engines:
             await engine.dispose()
-        figures.append(Figure("claims", name, percentile(claims, 50), "ms", {"samples": samples}))
-    return figures
+    settings = {"samples": samples, "order": "interleaved rounds of 10"}
+    return [
+        Figure("claims", name, percentile(c.claims, 50), "ms", settings)
+        for name, c in zip(("claim p50, no limit", "claim p50, queue limit"), cyclers, strict=True)
+    ]
 
 
 SCENARIOS: dict[str, Callable[[Server, Options], Awaitable[list[Figure]]]] = {
@@ -513,6 +852,9 @@ SCENARIOS: dict[str, Callable[[Server, Options], Awaitable[list[Figure]]]] = {
     "wake": scenario_wake,
     "history": scenario_history,
     "claims": scenario_claims,
+    "commits": scenario_commits,
+    "latency": scenario_latency,
+    "metrics": scenario_metrics,
 }
 
 

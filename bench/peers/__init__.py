@@ -32,3 +32,91 @@ def percentile(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
     rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
     return ordered[rank]
+
+
+#: Runs per second of the low-load commits scenario (bench.scenarios.LOW_LOAD_RATE).
+LOW_LOAD_RATE = 50
+LOW_LOAD_SECONDS = {"tiny": 0.5, "small": 3.0, "full": 5.0}
+
+
+async def counters(url: str) -> tuple[int, int]:
+    """(``xact_commit`` of this database, the cluster's next xid), as bench.scenarios does;
+    from a connection named bench.txcount.PROBE_APP so the statement count skips it."""
+    import asyncpg
+
+    from bench.txcount import PROBE_APP
+
+    conn = await asyncpg.connect(url, server_settings={"application_name": PROBE_APP})
+    try:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = await conn.fetchrow(
+            "SELECT xact_commit, pg_snapshot_xmax(pg_current_snapshot())::text::bigint "
+            "FROM pg_stat_database WHERE datname = current_database()"
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
+    finally:
+        await conn.close()
+
+
+async def statement_log(url: str, server_log: str | None, on: bool) -> Any:
+    """Log every statement of this database from its next connections on (or stop);
+    a bench.txcount.LogWindow over ``server_log`` when on and the log is given."""
+    import asyncpg
+
+    from bench.txcount import PROBE_APP, STATEMENT_LOG, LogWindow
+
+    if server_log is None:
+        return None
+    conn = await asyncpg.connect(url, server_settings={"application_name": PROBE_APP})
+    try:
+        database = await conn.fetchval("SELECT current_database()")
+        action = f"SET log_statement = '{STATEMENT_LOG}'" if on else "RESET log_statement"
+        await conn.execute(f'ALTER DATABASE "{database}" {action}')
+    finally:
+        await conn.close()
+    from pathlib import Path
+
+    return LogWindow(Path(server_log), str(database)) if on else None
+
+
+class Proc:
+    """A peer's worker process speaking lines on stdin/stdout: it prints ``ready``, starts
+    on ``go``, stops at the end of its stdin and prints its last line (JSON) on exit."""
+
+    def __init__(self, module: str, *args: str) -> None:
+        import os
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+
+    def wait_for(self, word: str) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == word:
+                return
+        raise RuntimeError(f"peer process exited (code {self.proc.wait()}) before '{word}'")
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def stop(self, timeout: float = 30.0) -> str:
+        """End its stdin; its last stdout line."""
+        out, _ = self.proc.communicate(timeout=timeout)
+        lines = out.strip().splitlines()
+        return lines[-1] if lines else ""
+
+
+def start_procs(module: str, count: int, *args: str) -> list[Proc]:
+    procs = [Proc(module, *args) for _ in range(count)]
+    for proc in procs:
+        proc.wait_for("ready")
+    return procs

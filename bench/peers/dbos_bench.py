@@ -1,62 +1,96 @@
-"""DBOS Transact: a one-step workflow — enqueue throughput, end to end through a queue,
-a three-step chain, and send -> recv wake latency (step start after ``DBOS.send``).
+"""DBOS Transact, measured the way Legato is: a client process (``DBOSClient``) starts,
+signals and watches; separate executor processes (``DBOS.launch()``) run the workflows.
 
-DBOS runs workflows inside the process that launched it (an executor thread pool),
-so "end to end" here is one process enqueueing and draining its queue.
+* start: ``DBOSClient.enqueue`` one at a time, no executor running; batched:
+  ``DBOSClient.enqueue_in_transaction``, 500 per transaction.
+* e2e-1 / e2e-3: the runs are enqueued first (500 per transaction); the executor
+  processes are made ready, then launched together; the clock runs until no workflow
+  is ENQUEUED or PENDING. The configuration (processes, ``worker_concurrency``, queue
+  polling interval; the pool sized above the concurrency, executor threads unbounded, as
+  DBOS defaults) is searched first on a smaller drain and the best one is used.
+* wake: enqueued from the client, the first step's start stamped (start -> first step);
+  ``DBOSClient.send`` -> the step after ``DBOS.recv`` (wake): client -> executor, one hop
+  fewer than Legato's client -> decider -> worker.
+* commits: bench.txcount's accounting, as for Legato: real transactions and write xids
+  per workflow while draining and at 50 workflows/s from the client.
+
+``python -m bench.peers.dbos_bench --url URL --size S [--server-log PATH]`` runs all of
+it; ``... executor ...`` is one executor process (bench.peers.Proc's protocol).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
+import sys
 import time
+import uuid
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.peers import SIZES, emit, fail, figure, percentile
+from bench.peers import (
+    LOW_LOAD_RATE,
+    LOW_LOAD_SECONDS,
+    SIZES,
+    Proc,
+    counters,
+    emit,
+    fail,
+    figure,
+    percentile,
+    start_procs,
+    statement_log,
+)
+
+QUEUE = "bench"
+#: Waiting workflows hold a worker_concurrency slot in DBOS: they get a queue without a limit.
+WAKE_QUEUE = "bench_wake"
+BATCH = 500
+MODULE = "bench.peers.dbos_bench"
 
 
-def _pending(url: str) -> int:
-    import psycopg
+@dataclass(frozen=True)
+class Config:
+    processes: int
+    worker_concurrency: int
+    polling_interval_sec: float
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM dbos.workflow_status WHERE status IN ('ENQUEUED', 'PENDING')"
-        ).fetchone()
-        return int(row[0]) if row else 0
+    @property
+    def pool_size(self) -> int:
+        return self.worker_concurrency + 10  # never the limit
 
-
-def _commits(url: str) -> int:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        ).fetchone()
-        return int(row[0]) if row else 0
+    def args(self) -> list[str]:
+        return [
+            "--worker-concurrency",
+            str(self.worker_concurrency),
+            "--polling-interval",
+            str(self.polling_interval_sec),
+        ]
 
 
-def _drain(url: str, timeout: float) -> None:
-    deadline = time.perf_counter() + timeout
-    while _pending(url) > 0:
-        if time.perf_counter() > deadline:
-            raise RuntimeError("DBOS workflows still pending after the timeout")
-        time.sleep(0.02)
+#: The space searched: what a user tuning DBOS for throughput on this machine would try.
+GRID = [Config(p, c, i) for p, c, i in itertools.product((1, 2), (16, 32, 64), (0.1, 0.05))]
+#: The best of the grid in this session's runs: the only configuration at size tiny.
+DEFAULT = Config(2, 32, 0.1)
 
 
-def main(url: str, size: str) -> None:
-    try:
-        import dbos
-        from dbos import DBOS, DBOSConfig
-    except ImportError as error:
-        fail(f"DBOS is not installed ({error}): pip install dbos")
-        return
-    n = SIZES[size]
-    version = getattr(dbos, "__version__", None) or _dist_version("dbos")
-    sqlalchemy_url = url.replace("postgresql://", "postgresql+psycopg://", 1)
+def _sa_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+# -- executor process --------------------------------------------------------------------------
+
+
+def executor(url: str, worker_concurrency: int, polling_interval: float) -> None:
+    from dbos import DBOS, DBOSConfig
+
     config: DBOSConfig = {
         "name": "legato-bench",
-        "system_database_url": sqlalchemy_url,
+        "system_database_url": _sa_url(url),
         "log_level": "WARNING",
+        "executor_id": uuid.uuid4().hex,  # each process recovers only its own work
+        "sys_db_pool_size": worker_concurrency + 10,
     }
     DBOS(config=config)
 
@@ -68,112 +102,303 @@ def main(url: str, size: str) -> None:
     def stamp_step() -> float:
         return time.time()
 
-    @DBOS.workflow()
+    @DBOS.workflow(name="bench_one")
     def one(value: int) -> int:
         return noop_step(value)
 
-    @DBOS.workflow()
+    @DBOS.workflow(name="bench_three")
     def three(value: int) -> int:
         return noop_step(noop_step(noop_step(value)))
 
-    @DBOS.workflow()
+    @DBOS.workflow(name="bench_waiter")
     def waiter(value: int) -> tuple[float, float]:
         first = stamp_step()
+        DBOS.set_event("first", first)
         DBOS.recv("go", timeout_seconds=60)
         return first, stamp_step()
 
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
     DBOS.launch()
-    queue = DBOS.register_queue("bench")
+    DBOS.register_queue(  # needs the launched system database
+        QUEUE, worker_concurrency=worker_concurrency, polling_interval_sec=polling_interval
+    )
+    DBOS.register_queue(WAKE_QUEUE, polling_interval_sec=polling_interval)
+    print("launched", flush=True)
+    sys.stdin.read()  # until the orchestrator ends our stdin
+    DBOS.destroy()
+
+
+# -- orchestrator ------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, url: str, server_log: str | None) -> None:
+        import sqlalchemy as sa
+        from dbos import DBOSClient
+
+        self.url = url
+        self.server_log = server_log
+        self.client = DBOSClient(system_database_url=_sa_url(url))
+        self.engine = sa.create_engine(_sa_url(url))
+
+    def close(self) -> None:
+        self.client.destroy()
+        self.engine.dispose()
+
+    def options(self, workflow: str, queue: str = QUEUE) -> Any:
+        return {"workflow_name": workflow, "queue_name": queue}
+
+    def enqueue_batched(self, workflow: str, n: int) -> None:
+        for offset in range(0, n, BATCH):
+            with self.engine.begin() as conn:
+                for i in range(offset, min(n, offset + BATCH)):
+                    self.client.enqueue_in_transaction(conn, self.options(workflow), i)
+
+    def pending(self) -> int:
+        import sqlalchemy as sa
+
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM dbos.workflow_status "
+                        "WHERE status IN ('ENQUEUED', 'PENDING')"
+                    )
+                ).scalar_one()
+            )
+
+    def clear(self) -> None:
+        """Forget the workflows the start scenario enqueued (no executor ran them)."""
+        import sqlalchemy as sa
+
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM dbos.workflow_status WHERE status = 'ENQUEUED'"))
+
+    def launch(self, config: Config) -> list[Proc]:
+        procs = start_procs(MODULE, config.processes, "executor", "--url", self.url, *config.args())
+        for proc in procs:
+            proc.go()
+        for proc in procs:
+            proc.wait_for("launched")
+        return procs
+
+    def drain(self, config: Config, workflow: str, n: int, count: bool = False) -> dict[str, Any]:
+        self.enqueue_batched(workflow, n)
+        window = asyncio.run(statement_log(self.url, self.server_log, True)) if count else None
+        procs = start_procs(MODULE, config.processes, "executor", "--url", self.url, *config.args())
+        try:
+            before = asyncio.run(counters(self.url))
+            if window is not None:
+                window.open()
+            t0 = time.perf_counter()
+            for proc in procs:
+                proc.go()
+            deadline = t0 + max(120.0, n / 10)
+            while self.pending() > 0:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"DBOS: workflows still pending after {deadline - t0:.0f}s")
+                time.sleep(0.02)
+            seconds = time.perf_counter() - t0
+        finally:
+            for proc in procs:
+                proc.stop()
+        after = asyncio.run(counters(self.url))
+        result: dict[str, Any] = {
+            "rate": n / seconds,
+            "seconds": round(seconds, 2),
+            "commits": (after[0] - before[0]) / n,
+            "xids": (after[1] - before[1]) / n,
+        }
+        if window is not None:
+            result["transactions"] = window.count() / n
+            asyncio.run(statement_log(self.url, self.server_log, False))
+        return result
+
+    def low_load(self, config: Config, seconds: float) -> dict[str, Any]:
+        window = asyncio.run(statement_log(self.url, self.server_log, True))
+        from dbos import DBOSClient
+
+        client = DBOSClient(system_database_url=_sa_url(self.url))  # a logged connection
+        procs = self.launch(Config(1, config.worker_concurrency, config.polling_interval_sec))
+        n = max(1, round(LOW_LOAD_RATE * seconds))
+        try:
+            client.enqueue(self.options("bench_one"), -1)  # warm the client
+            self._wait_idle()
+            before = asyncio.run(counters(self.url))
+            if window is not None:
+                window.open()
+            t0 = time.perf_counter()
+            for i in range(n):
+                client.enqueue(self.options("bench_one"), i)
+                time.sleep(max(0.0, t0 + (i + 1) / LOW_LOAD_RATE - time.perf_counter()))
+            self._wait_idle()
+            after = asyncio.run(counters(self.url))
+            transactions = window.count() if window is not None else None
+        finally:
+            for proc in procs:
+                proc.stop()
+            client.destroy()
+            asyncio.run(statement_log(self.url, self.server_log, False))
+        return {
+            "n": n,
+            "xids": (after[1] - before[1]) / n,
+            "transactions": None if transactions is None else transactions / n,
+        }
+
+    def _wait_idle(self, timeout: float = 60.0) -> None:
+        deadline = time.perf_counter() + timeout
+        while self.pending() > 0:
+            if time.perf_counter() > deadline:
+                raise RuntimeError("DBOS: workflows still pending")
+            time.sleep(0.02)
+
+    def wake(
+        self, config: Config, n: int, spacing: float = 0.02
+    ) -> tuple[list[float], list[float]]:
+        procs = self.launch(Config(1, config.worker_concurrency, config.polling_interval_sec))
+        try:
+            started: dict[str, float] = {}
+            for i in range(-1, n):  # -1 warms up
+                at = time.time()
+                handle: Any = self.client.enqueue(self.options("bench_waiter", WAKE_QUEUE), i)
+                started[handle.workflow_id] = at
+                time.sleep(spacing)
+            for workflow_id in started:  # all are in recv once their event is set
+                self.client.get_event(workflow_id, "first", timeout_seconds=60)
+            sent: dict[str, float] = {}
+            for workflow_id in started:
+                sent[workflow_id] = time.time()
+                self.client.send(workflow_id, 1, "go")
+                time.sleep(spacing)
+            firsts, wakes = [], []
+            for k, (workflow_id, at) in enumerate(started.items()):
+                stamps: tuple[float, float] = self.client.retrieve_workflow(
+                    workflow_id
+                ).get_result()
+                first, after = stamps
+                if k:
+                    firsts.append((first - at) * 1000)
+                    wakes.append((after - sent[workflow_id]) * 1000)
+        finally:
+            for proc in procs:
+                proc.stop()
+        return firsts, wakes
+
+
+def main(url: str, size: str, server_log: str | None) -> None:
+    try:
+        import dbos  # noqa: F401
+    except ImportError as error:
+        fail(f"DBOS is not installed ({error}): pip install dbos")
+        return
+    n = SIZES[size]
+    version = _dist_version("dbos")
+    bench = Bench(url, server_log)
     figures: list[dict[str, Any]] = []
     try:
-        for i in range(10):  # warm up
-            queue.enqueue(one, i)
-        _drain(url, 60)
+        for proc in bench.launch(DEFAULT):  # creates the system database's tables
+            proc.stop()
 
         m = n["start"]
         t0 = time.perf_counter()
         for i in range(m):
-            queue.enqueue(one, i)
+            bench.client.enqueue(bench.options("bench_one"), i)
+        rate = m / (time.perf_counter() - t0)
+        figures.append(
+            figure("start", "one at a time", rate, "wf/s", workflows=m, api="DBOSClient.enqueue")
+        )
+        m = n["batched"]
+        t0 = time.perf_counter()
+        bench.enqueue_batched("bench_one", m)
         rate = m / (time.perf_counter() - t0)
         figures.append(
             figure(
                 "start",
-                "one at a time",
+                "batched",
                 rate,
                 "wf/s",
                 workflows=m,
-                api="Queue.enqueue",
-                version=version,
+                api=f"DBOSClient.enqueue_in_transaction, {BATCH} per transaction",
             )
         )
-        _drain(url, 300)
+        bench.clear()
 
-        for label, workflow, m in (
-            ("e2e-1", one, n["e2e"]),
-            ("e2e-3", three, n["chain"]),
-        ):
-            before = _commits(url)
-            t0 = time.perf_counter()
-            for i in range(m):
-                queue.enqueue(workflow, i)
-            _drain(url, 300)
-            seconds = time.perf_counter() - t0
-            after = _commits(url)
-            name = "one-step workflow" if label == "e2e-1" else "3-task chain"
-            figures.append(
-                figure(
-                    label,
-                    name,
-                    m / seconds,
-                    "wf/s",
-                    workflows=m,
-                    version=version,
-                    settings="defaults, enqueue + drain in one process",
-                    seconds=round(seconds, 2),
+        best, tried = DEFAULT, {}
+        if size != "tiny":
+            for config in GRID:
+                tried[config] = bench.drain(config, "bench_one", max(100, n["e2e"] // 2))["rate"]
+                figures.append(
+                    figure("tuning", _label(config), tried[config], "wf/s", **asdict(config))
                 )
+            best = max(tried, key=lambda c: tried[c])
+        shown = {**asdict(best), "pool_size": best.pool_size, "version": version}
+        for label, workflow, name, m in (
+            ("e2e-1", "bench_one", "one-step workflow", n["e2e"]),
+            ("e2e-3", "bench_three", "3-task chain", n["chain"]),
+        ):
+            d = bench.drain(best, workflow, m)
+            figures.append(
+                figure(label, name, d["rate"], "wf/s", workflows=m, seconds=d["seconds"], **shown)
             )
             if label == "e2e-1":
                 figures.append(
                     figure(
-                        "commits", "commits per workflow", (after - before) / m, "xact", workflows=m
+                        "commits", "xact_commit per wf, draining", d["commits"], "xact", workflows=m
                     )
                 )
-
-        starts: list[float] = []
-        wakes: list[float] = []
-        for i in range(n["wake"]):
-            at = time.time()
-            handle = DBOS.start_workflow(waiter, i)
-            time.sleep(0.02)  # the workflow is in recv by now
-            sent = time.time()
-            DBOS.send(handle.workflow_id, i, "go")
-            first, after_recv = handle.get_result()
-            starts.append((first - at) * 1000)
-            wakes.append((after_recv - sent) * 1000)
-        for p in (50, 95, 99):
-            figures.append(
-                figure(
-                    "wake",
-                    f"p{p}",
-                    percentile(wakes, p),
-                    "ms",
-                    samples=len(wakes),
-                    what="send -> next step start",
-                )
-            )
+        d = bench.drain(best, "bench_one", n["e2e"], count=True)
         figures.append(
             figure(
-                "wake",
-                "start -> first step p50",
-                percentile(starts, 50),
-                "ms",
-                samples=len(starts),
-                api="DBOS.start_workflow (runs in-process)",
+                "commits",
+                "real transactions per wf, draining",
+                d.get("transactions", d["xids"]),
+                "xact",
+                workflows=n["e2e"],
+                **shown,
             )
         )
+        figures.append(figure("commits", "write xids per wf, draining", d["xids"], "xid"))
+        low = bench.low_load(best, LOW_LOAD_SECONDS[size])
+        if low["transactions"] is not None:
+            figures.append(
+                figure(
+                    "commits",
+                    "real transactions per run, low load",
+                    low["transactions"],
+                    "xact",
+                    runs=low["n"],
+                    rate=f"{LOW_LOAD_RATE}/s",
+                    includes="the enqueue, and the idle executor's polls in the window",
+                )
+            )
+        figures.append(figure("commits", "write xids per run, low load", low["xids"], "xid"))
+
+        firsts, wakes = bench.wake(best, n["wake"])
+        for label, samples in (("signal -> next task", wakes), ("start -> first task", firsts)):
+            for p in (50, 95, 99):
+                figures.append(
+                    figure(
+                        "wake",
+                        f"{label} p{p}",
+                        percentile(samples, p),
+                        "ms",
+                        samples=len(samples),
+                        hops="DBOSClient (this process) -> 1 executor process",
+                        **{**shown, "processes": 1},
+                    )
+                )
     finally:
-        DBOS.destroy()
+        bench.close()
     emit(figures)
+
+
+def _label(config: Config) -> str:
+    return (
+        f"{config.processes} proc x wc {config.worker_concurrency}, "
+        f"poll {config.polling_interval_sec}s"
+    )
 
 
 def _dist_version(name: str) -> str:
@@ -187,10 +412,17 @@ def _dist_version(name: str) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
+    parser.add_argument("role", nargs="?", default="bench", choices=("bench", "executor"))
     parser.add_argument("--url", required=True)
     parser.add_argument("--size", default="small")
+    parser.add_argument("--server-log")
+    parser.add_argument("--worker-concurrency", type=int, default=DEFAULT.worker_concurrency)
+    parser.add_argument("--polling-interval", type=float, default=DEFAULT.polling_interval_sec)
     args = parser.parse_args()
+    if args.role == "executor":
+        executor(args.url, args.worker_concurrency, args.polling_interval)
+        sys.exit(0)
     try:
-        main(args.url, args.size)
+        main(args.url, args.size, args.server_log)
     except Exception as error:
         fail(error)
