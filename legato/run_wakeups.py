@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops import Wakeups, is_database_error
+from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 
 log = logging.getLogger("legato.client")
@@ -68,14 +68,8 @@ class RunWakeups:
 
     async def relisten(self) -> None:
         """Re-open the listen connection if it died (between polls of a waiter)."""
-        if self._wakeups is None:
-            return
-        try:
-            await self._wakeups.ensure_listening()
-        except Exception as error:
-            if not is_database_error(error):
-                raise
-            log.warning("cannot LISTEN for run events (%s); polling", error)
+        if self._wakeups is not None:
+            await self._wakeups.try_listening(log, "cannot LISTEN for run events")
 
     async def close(self) -> None:
         if self._wakeups is not None:

@@ -1,4 +1,5 @@
-"""What the test suites share: waiting on a condition, running the CLI, counting rows."""
+"""What the test suites share: waiting on a condition, running the CLI, counting rows,
+writing a marker file another process polls for."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ async def eventually(
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``path`` so that a process polling for it never reads it half written
+    (``write_text`` is not atomic; a rename is): through ``<path>.partial``."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.rename(path)
 
 
 @dataclass(frozen=True)

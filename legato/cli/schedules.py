@@ -8,26 +8,12 @@ workflow; these commands only read them and write pause/resume/trigger through
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from legato.cli import add_common_options, nonempty
+from legato.cli import add_common_options, connected, nonempty
 from legato.cli.render import table
-from legato.client import Client
 from legato.engine import scheduling
 from legato.engine.repositories.schedules import StoredSchedule
-
-
-@asynccontextmanager
-async def _engine(args: argparse.Namespace) -> AsyncIterator[AsyncEngine]:
-    client = await Client.connect(args.database_url, schema=args.schema)
-    try:
-        yield client.engine
-    finally:
-        await client.close()
 
 
 def _when(stored: StoredSchedule) -> str:
@@ -53,8 +39,8 @@ def schedules_table(found: list[StoredSchedule]) -> list[str]:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    async with _engine(args) as engine:
-        found = await scheduling.list_schedules(engine)
+    async with connected(args) as client:
+        found = await scheduling.list_schedules(client.engine)
     if not found:
         print("no schedules deployed")
     for line in schedules_table(found):
@@ -63,22 +49,22 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _pause(args: argparse.Namespace) -> int:
-    async with _engine(args) as engine:
-        await scheduling.pause(engine, args.name)
+    async with connected(args) as client:
+        await scheduling.pause(client.engine, args.name)
     print(f"schedule {args.name} paused")
     return 0
 
 
 async def _resume(args: argparse.Namespace) -> int:
-    async with _engine(args) as engine:
-        following = await scheduling.resume(engine, args.name)
+    async with connected(args) as client:
+        following = await scheduling.resume(client.engine, args.name)
     print(f"schedule {args.name} resumed; next fire {following.isoformat(timespec='seconds')}")
     return 0
 
 
 async def _trigger(args: argparse.Namespace) -> int:
-    async with _engine(args) as engine:
-        run_id = await scheduling.trigger(engine, args.name)
+    async with connected(args) as client:
+        run_id = await scheduling.trigger(client.engine, args.name)
     print(run_id)
     return 0
 

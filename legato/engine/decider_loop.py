@@ -394,7 +394,6 @@ class DeciderLoop(Loop):
         self.helper: DeciderLoop | None = None
 
     async def tick(self) -> bool:
-        now = datetime.now(UTC)
         began = time.time_ns()
         claimed: list[uuid.UUID] = []
         try:
@@ -402,6 +401,10 @@ class DeciderLoop(Loop):
                 claimed = list(await decide_queue.take(conn, self.batch_size))
                 if not claimed:
                     return False
+                # Read after the take, whose ``available_at <= now()`` used the server's
+                # clock at the transaction's start: a clock read before it could stamp a
+                # run taken at its start time with an earlier time.
+                now = datetime.now(UTC)
                 if len(claimed) > 1 and self.helper is not None:
                     self.helper.nudge()
                 batch = await decide_runs(conn, claimed, self.specs, now)
@@ -414,17 +417,17 @@ class DeciderLoop(Loop):
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
             hooks.decision_batch_failed(len(claimed), began)
-            await self._one_by_one(claimed, now)
+            await self._one_by_one(claimed)
         return len(claimed) >= self.batch_size
 
-    async def _one_by_one(self, run_ids: Sequence[uuid.UUID], now: datetime) -> None:
+    async def _one_by_one(self, run_ids: Sequence[uuid.UUID]) -> None:
         began = time.time_ns()
         facts: list[hooks.DecisionFacts] = []
         async with self.engine.begin() as conn:
             cancels = False
-            for run_id, failed_before in (
-                await decide_queue.take(conn, len(run_ids), run_ids)
-            ).items():
+            taken = await decide_queue.take(conn, len(run_ids), run_ids)
+            now = datetime.now(UTC)  # after the take, as in ``tick``
+            for run_id, failed_before in taken.items():
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(conn, [run_id], self.specs, now)

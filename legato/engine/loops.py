@@ -148,18 +148,23 @@ class Wakeups:
         if on_payload is not None:
             self._payload_handlers[channel].append(on_payload)
         self._wanted.add(channel)
+        await self.try_listening(log, f"cannot LISTEN on {channel} yet")
+        return event
+
+    async def try_listening(self, logger: logging.Logger, failure: str) -> None:
+        """:meth:`ensure_listening` for a caller that polls anyway: a database error is
+        logged as a warning starting with ``failure``, not raised."""
         try:
             await self.ensure_listening()
         except Exception as error:
             if not is_database_error(error):
                 raise
-            log.warning(
-                "cannot LISTEN on %s yet (%s); polling until the database answers",
-                channel,
+            logger.warning(
+                "%s (%s); polling",
+                failure,
                 one_line(error),
-                exc_info=traceback_at_debug(log, error),
+                exc_info=traceback_at_debug(logger, error),
             )
-        return event
 
     async def unsubscribe(self, channel: str, event: asyncio.Event) -> None:
         with contextlib.suppress(ValueError):
@@ -173,11 +178,9 @@ class Wakeups:
         return raw.driver_connection
 
     async def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
-            self._conn = None
-        self._listening.clear()
+        # Dropped, not returned to the pool: still LISTENing, the connection would hand
+        # this process's notifications to its next user.
+        await self._drop()
         self._wanted.clear()
 
     async def ensure_listening(self) -> None:
@@ -204,6 +207,7 @@ class Wakeups:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.invalidate()
+                await self._conn.close()
         self._conn = None
         self._listening.clear()
 
@@ -287,17 +291,9 @@ class Loop:
                 await self._keep_listening()
 
     async def _keep_listening(self) -> None:
-        if self._wakeups is None:
-            return
-        try:
-            await self._wakeups.ensure_listening()
-        except Exception as error:
-            if not is_database_error(error):
-                raise
-            log.warning(
-                "%s: cannot re-open the LISTEN connection yet (%s); polling",
-                self.name,
-                one_line(error),
+        if self._wakeups is not None:
+            await self._wakeups.try_listening(
+                log, f"{self.name}: cannot re-open the LISTEN connection yet"
             )
 
     async def on_stop(self) -> None:

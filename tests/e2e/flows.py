@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from legato import App, FailureInfo, Flow, Node, Retry, TaskContext, task, workflow
+from tests.helpers import write_whole
 
 
 class Signup(BaseModel):
@@ -242,7 +243,7 @@ async def crashy(ctx: TaskContext, key: str) -> str:
     after leaving a marker file, so a test can kill that process mid-task."""
     block_dir = os.environ.get(BLOCK_DIR_ENV)
     if block_dir and ctx.attempt == 1:
-        await asyncio.to_thread(Path(block_dir, key).write_text, str(os.getpid()))
+        await asyncio.to_thread(write_whole, Path(block_dir, key), str(os.getpid()))
         await asyncio.sleep(3600)
     return f"{key} done by attempt {ctx.attempt}"
 

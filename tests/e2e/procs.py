@@ -20,6 +20,7 @@ from legato import Runtime
 from legato.db import create_engine
 from legato.engine import decider_loop
 from legato.runtime import Roles
+from tests.helpers import write_whole
 
 ROLES = {
     "decider": Roles(worker=False, timer=False),
@@ -34,7 +35,7 @@ def pause_decisions(marker: Path) -> None:
     async def write_then_hang(self: decider_loop.Batch, conn: AsyncConnection) -> None:
         await original(self, conn)
         runs = sorted({str(row.run_id) for row in self.creates})
-        await asyncio.to_thread(marker.write_text, ",".join(runs))
+        await asyncio.to_thread(write_whole, marker, ",".join(runs))
         await asyncio.sleep(3600)
 
     decider_loop.Batch.write = write_then_hang  # type: ignore[method-assign]

@@ -19,6 +19,7 @@ from sqlalchemy import BigInteger, Column, Identity, Integer, MetaData, Table, T
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato import App, Flow, Node, Retry, TaskContext, create_engine, task, workflow
+from tests.helpers import write_whole
 
 # The user's table, in the user's schema of Legato's database.
 USER_SCHEMA = "shop"
@@ -46,10 +47,7 @@ class Victim:
 
     def mark(self, run_id: uuid.UUID) -> None:
         """Say which run reached the point (written whole: the test polls for it)."""
-        marker = self.marker_dir / str(os.getpid())
-        partial = marker.with_suffix(".partial")
-        partial.write_text(f"{run_id} {self.point}")
-        partial.rename(marker)
+        write_whole(self.marker_dir / str(os.getpid()), f"{run_id} {self.point}")
 
     async def reached(self, point: str, run_id: uuid.UUID) -> None:
         if point == self.point:

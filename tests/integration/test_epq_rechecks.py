@@ -29,12 +29,24 @@ import pytest_asyncio
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.repositories import decide_queue, outbox, runs, task_queue, timers
+from legato.engine.repositories import (
+    concurrency,
+    decide_queue,
+    outbox,
+    rate_limits,
+    runs,
+    schedules,
+    task_queue,
+    timers,
+)
 from legato.schema import (
+    CatchUp,
+    ConcurrencySlots,
     NodeKind,
     Outbox,
     Runs,
     RunStatus,
+    Schedules,
     Tasks,
     TaskState,
     Timers,
@@ -154,7 +166,9 @@ async def _runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
     return ids
 
 
-async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
+async def _queued_tasks(engine: AsyncEngine) -> list[uuid.UUID]:
+    """Two available attempts of task ``work``, the first claimed first (priority 1 - n),
+    with ``task_queue`` scans paused at a row's ``task_id``."""
     run_ids = await _runs(engine, 2)
     task_ids = [uuid7(), uuid7()]
     now = datetime.now(UTC) - timedelta(seconds=1)
@@ -170,6 +184,7 @@ async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
                     "state": TaskState.QUEUED,
                     "task_name": "work",
                     "queue": "default",
+                    "input": {"n": n},
                 }
                 for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
             ],
@@ -177,18 +192,41 @@ async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
         await task_queue.enqueue(
             conn,
             [
-                # The first row is claimed first (priority 1 - n).
                 task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 1 - n, now)
                 for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
             ],
         )
     await _pause_scans_of(engine, "task_queue", "task_id")
+    return task_ids
+
+
+async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
+    task_ids = await _queued_tasks(engine)
     claimed = await _with_recheck(
         engine,
         f"UPDATE legato.task_queue SET priority = priority WHERE task_id = '{task_ids[1]}'",
         lambda conn: task_queue.claim(
             conn, ["default", "other"], ["work"], "epq-worker", 10, timedelta(seconds=30)
         ),
+        paused=(paused_role, task_ids[1]),
+    )
+    assert sorted(c.task_id for c in claimed) == sorted(task_ids)
+
+
+async def test_limited_claim_candidates_then_lease(engine: AsyncEngine, paused_role: str) -> None:
+    task_ids = await _queued_tasks(engine)
+
+    async def lock_then_lease(conn: AsyncConnection) -> list[task_queue.Claimed]:
+        candidates = await task_queue.lock_candidates(conn, ["default", "other"], ["work"], 10)
+        assert [c.task_id for c in candidates] == task_ids
+        assert [c.input for c in candidates] == [{"n": 0}, {"n": 1}]
+        keys = [(c.queue, c.task_id) for c in candidates]
+        return await task_queue.lease(conn, keys, "epq-worker", timedelta(seconds=30))
+
+    claimed = await _with_recheck(
+        engine,
+        f"UPDATE legato.task_queue SET priority = priority WHERE task_id = '{task_ids[1]}'",
+        lock_then_lease,
         paused=(paused_role, task_ids[1]),
     )
     assert sorted(c.task_id for c in claimed) == sorted(task_ids)
@@ -306,3 +344,101 @@ async def test_relay_claim(engine: AsyncEngine, paused_role: str) -> None:
     assert [d.attempts for d in claimed] == [1, 1]
     # The claim read the committed update: the recheck happened.
     assert [d.last_error for d in claimed] == [None, "changed"]
+
+
+async def test_concurrency_slots_lock(engine: AsyncEngine, paused_role: str) -> None:
+    async with engine.begin() as conn:
+        await concurrency.ensure(conn, {("epq", "k"): 2})
+    await _pause_scans_of(engine, "concurrency_slots", "(limit_name || '/' || slot)")
+    free = await _with_recheck(
+        engine,
+        "UPDATE legato.concurrency_slots SET holder_owner = NULL WHERE slot = 1",
+        lambda conn: concurrency.lock_free(conn, {("epq", "k"): 3}),
+        paused=(paused_role, "epq/1"),
+    )
+    assert free == {("epq", "k"): [0, 1]}
+
+
+async def test_concurrency_slots_prune(engine: AsyncEngine, paused_role: str) -> None:
+    idle_since = datetime.now(UTC) - concurrency.IDLE_SLOTS_KEPT - timedelta(hours=1)
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(ConcurrencySlots.table),
+            [
+                {"limit_name": "epq", "key": "k", "slot": n, "expires_at": idle_since}
+                for n in (0, 1)
+            ],
+        )
+    await _pause_scans_of(engine, "concurrency_slots", "(limit_name || '/' || slot)")
+    pruned = await _with_recheck(
+        engine,
+        "UPDATE legato.concurrency_slots SET holder_owner = NULL WHERE slot = 1",
+        lambda conn: concurrency.prune(conn, 10),
+        paused=(paused_role, "epq/1"),
+    )
+    assert pruned == 2
+
+
+async def test_rate_buckets_lock(engine: AsyncEngine, paused_role: str) -> None:
+    async with engine.begin() as conn:
+        await rate_limits.ensure(conn, {("epq", "a"): 5, ("epq", "b"): 5})
+    await _pause_scans_of(engine, "rate_buckets", "key")
+    buckets = await _with_recheck(
+        engine,
+        "UPDATE legato.rate_buckets SET tokens = 4 WHERE key = 'b'",
+        lambda conn: rate_limits.lock(conn, [("epq", "a"), ("epq", "b"), ("epq", "c")]),
+        paused=(paused_role, "b"),
+    )
+    # The lock read the committed update: the recheck happened.
+    assert {key: bucket.tokens for key, bucket in buckets.items()} == {
+        ("epq", "a"): 5.0,
+        ("epq", "b"): 4.0,
+    }
+
+
+async def _schedules(engine: AsyncEngine) -> list[str]:
+    past = datetime.now(UTC) - timedelta(seconds=10)
+    names = ["epq-a", "epq-b"]
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(Schedules.table),
+            [
+                {
+                    "name": name,
+                    "workflow_name": "epq",
+                    "interval_seconds": 60.0,
+                    "timezone": "UTC",
+                    "input": None,
+                    "catch_up": CatchUp.SKIP,
+                    "max_catch_up": 1,
+                    "grace_seconds": 60.0,
+                    "next_fire_at": past + timedelta(seconds=n),  # the first is taken first
+                }
+                for n, name in enumerate(names)
+            ],
+        )
+    return names
+
+
+async def test_schedule_take(engine: AsyncEngine, paused_role: str) -> None:
+    names = await _schedules(engine)
+    await _pause_scans_of(engine, "schedules", "name")
+    due = await _with_recheck(
+        engine,
+        "UPDATE legato.schedules SET last_tick_at = now() WHERE name = 'epq-b'",
+        lambda conn: schedules.take_due(conn, datetime.now(UTC), 10),
+        paused=(paused_role, "epq-b"),
+    )
+    assert [s.schedule.name for s in due] == names
+
+
+async def test_schedule_row_lock(engine: AsyncEngine) -> None:
+    await _schedules(engine)
+    locked = await _with_recheck(
+        engine,
+        "UPDATE legato.schedules SET paused = true WHERE name = 'epq-b'",
+        lambda conn: schedules.get(conn, "epq-b", lock=True),
+        paused=None,
+    )
+    assert locked is not None
+    assert locked.paused

@@ -7,6 +7,7 @@ import asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from legato.db import create_engine
 from legato.engine.loops import Wakeups
 
 
@@ -37,3 +38,19 @@ async def test_a_killed_listen_connection_is_reopened(engine: AsyncEngine) -> No
         await asyncio.wait_for(event.wait(), timeout=5)
     finally:
         await wakeups.close()
+
+
+async def test_a_closed_listener_leaves_no_listening_connection_in_the_pool(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url, "legato", pool_size=1, max_overflow=0)
+    try:
+        wakeups = Wakeups(engine)
+        await wakeups.subscribe("legato_test_channel")
+        await wakeups.close()
+
+        async with engine.connect() as conn:  # the pool's one connection
+            channels = await conn.exec_driver_sql("SELECT pg_listening_channels()")
+            assert channels.scalars().all() == []
+    finally:
+        await engine.dispose()

@@ -15,7 +15,15 @@ import pytest
 
 from bench.stress_claims import textbook_claim
 from legato.db import create_engine
-from legato.engine.repositories import concurrency, decide_queue, rate_limits, task_queue, timers
+from legato.engine.repositories import (
+    concurrency,
+    decide_queue,
+    outbox,
+    rate_limits,
+    schedules,
+    task_queue,
+    timers,
+)
 
 DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # never connects
 
@@ -38,6 +46,8 @@ def locks_in_a_materialized_cte(statement: Any) -> bool:
         task_queue._lock_candidates_statement(),
         concurrency._lock_free_statement(),
         rate_limits._lock_statement(),
+        schedules._take_due_statement(),
+        outbox._claim_statement(),
     ],
     ids=[
         "worker claim",
@@ -47,6 +57,8 @@ def locks_in_a_materialized_cte(statement: Any) -> bool:
         "limited claim candidates",
         "concurrency slots",
         "rate buckets",
+        "schedule take",
+        "relay claim",
     ],
 )
 def test_locking_happens_in_a_materialized_cte(statement: Any) -> None:

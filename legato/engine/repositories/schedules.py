@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, case, delete, func, select, update
+from sqlalchemy import DateTime, Integer, and_, bindparam, case, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -120,15 +121,23 @@ async def take_due(conn: AsyncConnection, now: datetime, limit: int) -> list[Sto
     """Lock up to ``limit`` unpaused schedules due at ``now`` for this transaction
     (schedule loop), earliest first; ``SKIP LOCKED``, so decider processes share them
     and a tick is taken by one of them. Served by ``ix_schedules_due``."""
+    result = await conn.execute(_take_due_statement(), {"now": now, "limit": limit})
+    return [_stored(row) for row in result]
+
+
+@cache
+def _take_due_statement() -> Any:
     due = locked(
         select(Schedules.name)
-        .where(Schedules.paused.is_(False), Schedules.next_fire_at <= now)
+        .where(
+            Schedules.paused.is_(False),
+            Schedules.next_fire_at <= bindparam("now", type_=DateTime(timezone=True)),
+        )
         .order_by(Schedules.next_fire_at)
-        .limit(limit),
+        .limit(bindparam("limit", type_=Integer())),
         "due",
     )
-    result = await conn.execute(select(*_COLUMNS).join(due, Schedules.name == due.c.name))
-    return [_stored(row) for row in result]
+    return select(*_COLUMNS).join(due, Schedules.name == due.c.name)
 
 
 async def advance(
