@@ -97,10 +97,11 @@ class RunFinished(LegatoError):
 
 
 class RunFailed(LegatoError):
-    """Raised by ``Client.result`` when the run failed or was cancelled.
+    """Raised by ``Client.result`` when the run failed, timed out or was cancelled.
 
-    ``status`` is ``RunStatus.FAILED`` or ``RunStatus.CANCELLED`` (the run was
-    cancelled); ``error`` is what failed it (None for a cancelled run): its type and
+    ``status`` is ``RunStatus.FAILED``, ``RunStatus.TIMED_OUT`` (its workflow's
+    ``execution_timeout`` passed) or ``RunStatus.CANCELLED``; ``error`` is what ended
+    it (None for a cancelled run): its type and
     message, and the node, iteration, attempt and state (FAILED, TIMED_OUT, CANCELLED)
     of the attempt that ended it."""
 

@@ -26,9 +26,10 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import JsonValue
 
+from legato.arguments import RunId
 from legato.client import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL, Client, RunHandle
 from legato.flow import App, Workflow
-from legato.models import HistoryEvent, RunDetails, RunPage
+from legato.models import HistoryEvent, QuarantinedRun, RunDetails, RunPage
 from legato.schema import RunStatus
 
 In = TypeVar("In")
@@ -124,7 +125,7 @@ class SyncClient:
         input: In,
         *,
         idempotency_key: str | None = None,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
         start_at: datetime | None = None,
     ) -> SyncRunHandle[Out]: ...
 
@@ -135,7 +136,7 @@ class SyncClient:
         input: JsonValue,
         *,
         idempotency_key: str | None = None,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
         start_at: datetime | None = None,
     ) -> SyncRunHandle[JsonValue]: ...
 
@@ -145,7 +146,7 @@ class SyncClient:
         input: Any,
         *,
         idempotency_key: str | None = None,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
         start_at: datetime | None = None,
     ) -> SyncRunHandle[Any]:
         """``Client.start``."""
@@ -167,7 +168,7 @@ class SyncClient:
         handles = self._call(self.client.start_many(workflow, inputs))
         return [SyncRunHandle(self, handle) for handle in handles]
 
-    def signal(self, run_id: uuid.UUID, name: str, payload: Any = None) -> None:
+    def signal(self, run_id: RunId, name: str, payload: Any = None) -> None:
         """``Client.signal``."""
         self._call(self.client.signal(run_id, name, payload))
 
@@ -175,23 +176,31 @@ class SyncClient:
         """``Client.emit``."""
         return self._call(self.client.emit(name, payload))
 
-    def cancel(self, run_id: uuid.UUID) -> None:
+    def cancel(self, run_id: RunId) -> None:
         """``Client.cancel``."""
         self._call(self.client.cancel(run_id))
 
-    def result(self, run_id: uuid.UUID, timeout: float | None = None) -> JsonValue:
+    def result(self, run_id: RunId, timeout: float | None = None) -> JsonValue:
         """``Client.result``: block until the run finishes."""
         return self._call(self.client.result(run_id, timeout=timeout))
 
-    def get_run(self, run_id: uuid.UUID) -> RunDetails:
+    def resume(self, run_id: RunId) -> bool:
+        """``Client.resume``: make a quarantined run's decision due again."""
+        return self._call(self.client.resume(run_id))
+
+    def list_quarantined(self, limit: int = 50) -> list[QuarantinedRun]:
+        """``Client.list_quarantined``."""
+        return self._call(self.client.list_quarantined(limit))
+
+    def get_run(self, run_id: RunId) -> RunDetails:
         """``Client.get_run``."""
         return self._call(self.client.get_run(run_id))
 
-    def history(self, run_id: uuid.UUID, after_seq: int = 0) -> list[HistoryEvent]:
+    def history(self, run_id: RunId, after_seq: int = 0) -> list[HistoryEvent]:
         """``Client.history``."""
         return self._call(self.client.history(run_id, after_seq))
 
-    def follow(self, run_id: uuid.UUID | str, after_seq: int = 0) -> Iterator[HistoryEvent]:
+    def follow(self, run_id: RunId, after_seq: int = 0) -> Iterator[HistoryEvent]:
         """``Client.follow``: the run's events, blocking for each new one, until the run
         has finished. Leaving the loop early stops following."""
         events = self.client.follow(run_id, after_seq)

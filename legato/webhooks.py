@@ -73,7 +73,7 @@ class EventType(StrEnum):
     SUCCEEDED = "run.succeeded"
     FAILED = "run.failed"
     CANCELLED = "run.cancelled"
-    TIMED_OUT = "run.timed_out"  # failed because an attempt or an event wait timed out
+    TIMED_OUT = "run.timed_out"  # finished TIMED_OUT: its workflow's execution_timeout passed
     QUARANTINED = "run.quarantined"  # its decisions kept failing; parked until resumed
 
 

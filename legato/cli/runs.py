@@ -317,7 +317,7 @@ def register(commands: Any) -> None:
         "--status",
         type=_status,
         metavar="STATUS",
-        help="only runs in this status: running, succeeded, failed, cancelled",
+        help="only runs in this status: running, succeeded, failed, cancelled, timed_out",
     )
     listing.add_argument(
         "--limit",

@@ -24,6 +24,7 @@ async def gather(conn: AsyncConnection, window: timedelta, now: datetime) -> dic
     by_status = await stats.runs_by_status(conn, window)
     return {
         "decide_queue": {"depth": decide.depth, "oldest_age_seconds": decide.oldest_age(now)},
+        "quarantined_runs": await stats.quarantined_count(conn),
         "task_queues": [
             {
                 "queue": b.queue,
@@ -59,6 +60,8 @@ def text_lines(figures: dict[str, Any]) -> list[str]:
     runs = figures["runs"]
     lines = [
         f"decide queue: {decide['depth']} due, oldest waiting {decide['oldest_age_seconds']:.1f}s",
+        f"quarantined runs: {figures['quarantined_runs']}"
+        + (" (legato runs list --quarantined)" if figures["quarantined_runs"] else ""),
         "",
         "task queues (ready, unclaimed)",
     ]

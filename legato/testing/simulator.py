@@ -119,7 +119,7 @@ class Simulator(Generic[In, Out]):
         )
 
     def result(self) -> Out:
-        """The run's output, typed; ``RunFailed`` if it failed or was cancelled."""
+        """The run's output, typed; ``RunFailed`` if it failed, timed out or was cancelled."""
         finishes = self._sim.finishes
         if not finishes:
             raise SimulationError(

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFailed, Runtime
 from legato.cli import main
-from legato.engine.repositories import stats
+from legato.engine.repositories import decide_queue, stats
 from legato.runtime import Roles
 from tests.integration.observed_flows import app, echo_flow, refuse_flow
 
@@ -221,23 +221,29 @@ async def test_stats_json_reports_a_backlog(
     finally:
         await deciders.stop()
 
+    parked = await client.start(echo_flow, 99)  # parked as the decider does after N failures
+    async with engine.begin() as conn:
+        await decide_queue.record_failure(conn, parked.run_id, 10, "KeyError: 'x'", None)
+
     capsys.readouterr()
     rc = await asyncio.to_thread(main, ["stats", "--json", "--database-url", database_url])
     out = capsys.readouterr().out
     assert rc == 0
     figures = json.loads(out)
+    assert figures["quarantined_runs"] == 1
     (queue,) = figures["task_queues"]
     assert (queue["queue"], queue["depth"]) == ("default", 3)
     assert queue["oldest_age_seconds"] >= 0
     assert figures["decide_queue"]["depth"] == 0
-    assert figures["runs"]["running"] == 3
-    assert figures["runs"]["created_in_window"]["running"] == 3
+    assert figures["runs"]["running"] == 4
+    assert figures["runs"]["created_in_window"]["running"] == 4
     assert figures["leases"] == []
 
     rc = await asyncio.to_thread(main, ["stats", "--database-url", database_url])
     text = capsys.readouterr().out
     assert rc == 0
     assert "default  3" in text
+    assert "quarantined runs: 1" in text
 
 
 async def test_a_bad_log_format_is_one_line(

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from examples.signup import Active, Confirmed, Signup, app, signup
 from legato import InvalidInput, RunFailed, RunNotFound, RunStatus, Runtime, SyncClient
+from legato.engine.repositories import decide_queue
 from legato.schema import uuid7
 
 THREADS = 8
@@ -89,3 +90,20 @@ async def test_the_sync_client_follows_a_run_to_its_end(
 
     async with Runtime(engine, app, poll_interval=0.2):
         await asyncio.to_thread(scenario)
+
+
+async def test_the_sync_client_lists_and_resumes_quarantined_runs(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    client = await asyncio.to_thread(SyncClient, database_url, app=app)
+    try:
+        handle = await asyncio.to_thread(client.start, signup, Signup(email="ada@example.com"))
+        assert await asyncio.to_thread(client.resume, str(handle.run_id)) is False
+        async with engine.begin() as conn:  # parked the way the decider does after N failures
+            await decide_queue.record_failure(conn, handle.run_id, 10, "KeyError: 'x'", None)
+        (parked,) = await asyncio.to_thread(client.list_quarantined)
+        assert (parked.run_id, parked.failures) == (handle.run_id, 10)
+        assert await asyncio.to_thread(client.resume, str(handle.run_id)) is True
+        assert await asyncio.to_thread(client.list_quarantined) == []
+    finally:
+        await asyncio.to_thread(client.close)

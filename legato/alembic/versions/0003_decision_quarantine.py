@@ -2,7 +2,7 @@
 last error, and parks a run that keeps failing (``quarantined_at``) out of the take.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ serves the claim. ``workflow_definitions.deleted_at`` was read but never written
 definitions are never deleted.
 
 Revision ID: 0004
-Revises: 0001
+Revises: 0003
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ OpenTelemetry is installed and a span is active); the worker's claim returns it 
 each attempt, so attempt spans join the starting request's trace.
 
 Revision ID: 0005
-Revises: 0001
+Revises: 0004
 """
 
 from __future__ import annotations

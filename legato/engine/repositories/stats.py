@@ -48,15 +48,25 @@ async def task_backlog(conn: AsyncConnection) -> list[Backlog]:
 
 
 async def decide_backlog(conn: AsyncConnection) -> Backlog:
-    """Runs due for a decision and the oldest one's ``available_at`` (``legato stats``;
-    the metrics gauge sampler). Served by ``ix_decide_queue_available_at``."""
+    """Runs due for a decision and the oldest one's ``available_at``, quarantined runs
+    left out (``legato stats``; the metrics gauge sampler). Served by
+    ``ix_decide_queue_decider`` (its predicate is the quarantine filter)."""
     result = await conn.execute(
         select(func.count(), func.min(DecideQueue.available_at)).where(
-            DecideQueue.available_at <= func.now()
+            DecideQueue.available_at <= func.now(), DecideQueue.quarantined_at.is_(None)
         )
     )
     depth, oldest = result.one()
     return Backlog("decide", int(depth), oldest)
+
+
+async def quarantined_count(conn: AsyncConnection) -> int:
+    """How many runs are quarantined (``legato stats``). Served by
+    ``ix_decide_queue_quarantined``."""
+    result = await conn.execute(
+        select(func.count()).where(DecideQueue.quarantined_at.is_not(None))
+    )
+    return int(result.scalar_one())
 
 
 @dataclass(frozen=True)
