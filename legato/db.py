@@ -123,7 +123,15 @@ def create_engine(
     connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
     """
     target = url if isinstance(url, URL) else resolve_url(url)
-    options: dict[str, Any] = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": False}
+    # LIFO: each loop gets back the connection it just used, whose prepared statements
+    # (asyncpg's per-connection cache, the backend's plans) are warm; a FIFO pool hands
+    # out the coldest one, so every hot statement is prepared again on every connection.
+    options: dict[str, Any] = {
+        "pool_size": 10,
+        "max_overflow": 10,
+        "pool_pre_ping": False,
+        "pool_use_lifo": True,
+    }
     options.update(engine_options)
     engine = create_async_engine(target, **options)
     return engine.execution_options(

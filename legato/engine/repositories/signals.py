@@ -94,19 +94,21 @@ async def pending_many(
 ) -> dict[uuid.UUID, list[PendingSignal]]:
     """Each run's unconsumed signals, oldest first (decider snapshot, Client.emit). Served
     by the partial index ``ix_signals_pending``; ids are UUIDv7, so id order is time
-    order."""
-    result = await conn.execute(
-        select(Signals.run_id, Signals.id, Signals.name, Signals.payload, Signals.created_at)
-        .where(
-            in_array(Signals.run_id, uuid_array("run_ids", run_ids)),
-            Signals.consumed_at.is_(None),
-        )
-        .order_by(Signals.run_id, Signals.id)
-    )
+    order. Built once (it runs in every decision)."""
+    result = await conn.execute(_pending_statement(), {"run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, list[PendingSignal]] = {run_id: [] for run_id in run_ids}
     for row in result:
         grouped[row[0]].append(PendingSignal(*row[1:]))
     return grouped
+
+
+@cache
+def _pending_statement() -> Select[uuid.UUID, uuid.UUID, str, JsonValue, datetime]:
+    return (
+        select(Signals.run_id, Signals.id, Signals.name, Signals.payload, Signals.created_at)
+        .where(in_array(Signals.run_id, uuid_array("run_ids")), Signals.consumed_at.is_(None))
+        .order_by(Signals.run_id, Signals.id)
+    )
 
 
 class Consumption(NamedTuple):
