@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +87,31 @@ async def run_legato(*args: str, database_url: str | None = None, timeout: float
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
     assert process.returncode is not None
     return Outcome(process.returncode, stdout.decode(), stderr.decode())
+
+
+@contextmanager
+def started_processes() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``start(module, *args, env=None)`` runs ``python -m MODULE ARGS`` from the repository
+    root with ``env`` added to this process's environment; on exit, any of them still
+    alive is killed (a test that failed midway leaves no process behind)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        module: str, *args: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *args], cwd=ROOT, env={**os.environ, **(env or {})}
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 async def count_rows(engine: AsyncEngine, table: TableColumns, *where: ColumnElement[bool]) -> int:
