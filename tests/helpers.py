@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,25 +60,58 @@ class Outcome:
     stderr: str
 
 
-async def run_legato(*args: str, database_url: str | None = None, timeout: float = 60) -> Outcome:
-    """Run ``python -m legato ARGS`` as a user would, from the repository root, with no
-    ``LEGATO_*`` variables inherited; ``database_url`` is passed as ``--database-url``."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LEGATO_")}
-    url = ("--database-url", database_url) if database_url else ()
-    process = await asyncio.create_subprocess_exec(
+async def spawn_legato(
+    *args: str, env: Mapping[str, str] | None = None, stderr: int = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
+    """Start ``python -m legato ARGS`` as a user would, from the repository root, with no
+    ``LEGATO_*`` variables inherited and ``env`` added; stdout is a pipe, and so is stderr
+    unless ``stderr`` says otherwise (``asyncio.subprocess.STDOUT`` to interleave them)."""
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("LEGATO_")}
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "legato",
         *args,
-        *url,
         cwd=ROOT,
-        env=env,
+        env={**inherited, **(env or {})},
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=stderr,
     )
+
+
+async def run_legato(*args: str, database_url: str | None = None, timeout: float = 60) -> Outcome:
+    """Run ``python -m legato ARGS`` to its end (``spawn_legato``); ``database_url`` is
+    passed as ``--database-url``."""
+    url = ("--database-url", database_url) if database_url else ()
+    process = await spawn_legato(*args, *url)
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
     assert process.returncode is not None
     return Outcome(process.returncode, stdout.decode(), stderr.decode())
+
+
+@contextmanager
+def started_processes() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``start(module, *args, env=None)`` runs ``python -m MODULE ARGS`` from the repository
+    root with ``env`` added to this process's environment; on exit, any of them still
+    alive is killed (a test that failed midway leaves no process behind)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        module: str, *args: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *args], cwd=ROOT, env={**os.environ, **(env or {})}
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 async def count_rows(engine: AsyncEngine, table: TableColumns, *where: ColumnElement[bool]) -> int:

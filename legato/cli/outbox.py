@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from legato import webhooks
-from legato.cli import command, connected, nonempty, number_in, render
+from legato.cli import command, connected, group, nonempty, number_in, render
 from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.relay import RelaySettings
 from legato.engine.repositories.outbox import Delivery
@@ -175,12 +175,12 @@ async def _relay(args: argparse.Namespace) -> int:
 
 
 def _register_webhooks(commands: Any) -> None:
-    group = commands.add_parser(
+    sub = group(
+        commands,
         "webhooks",
-        help="which endpoints receive which run lifecycle events",
+        "which endpoints receive which run lifecycle events",
         description="Manage webhook endpoints: deployment configuration kept in the database.",
     )
-    sub = group.add_subparsers(dest="webhooks_command", metavar="COMMAND", required=True)
     add = command(
         sub,
         "add",
@@ -229,12 +229,12 @@ legato.webhooks.verify. Without --secret it is read from ${SECRET_ENV}.""",
 
 
 def _register_outbox(commands: Any) -> None:
-    group = commands.add_parser(
+    sub = group(
+        commands,
         "outbox",
-        help="inspect and replay webhook deliveries",
+        "inspect and replay webhook deliveries",
         description="Inspect the outbox: dead letters, pending deliveries; replay dead letters.",
     )
-    sub = group.add_subparsers(dest="outbox_command", metavar="COMMAND", required=True)
     listing = command(
         sub,
         "list",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from legato.cli import add_common_options, connected, nonempty
+from legato.cli import command, connected, group, nonempty
 from legato.cli.render import table
 from legato.engine import scheduling
 from legato.engine.repositories.schedules import StoredSchedule
@@ -71,18 +71,17 @@ async def _trigger(args: argparse.Namespace) -> int:
 
 def register(commands: Any) -> None:
     """Register the ``schedules`` group on the root parser."""
-    group_parser = commands.add_parser(
+    subcommands = group(
+        commands,
         "schedules",
-        help="list, pause, resume and trigger deployed schedules",
+        "list, pause, resume and trigger deployed schedules",
         description="Inspect and drive the schedules deployed with their workflows.",
         epilog="""examples:
   legato schedules list
   legato schedules pause nightly-report
   legato schedules resume nightly-report
   RUN=$(legato schedules trigger nightly-report)""",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    group = group_parser.add_subparsers(dest="schedules_command", metavar="COMMAND", required=True)
     commands_ = [
         ("list", "every deployed schedule and its next fire", _list),
         ("pause", "stop firing a schedule (its ticks while paused never fire)", _pause),
@@ -90,8 +89,6 @@ def register(commands: Any) -> None:
         ("trigger", "start one run of a schedule now; prints the run id", _trigger),
     ]
     for name, help_text, handler in commands_:
-        parser = group.add_parser(name, help=help_text, description=help_text)
-        add_common_options(parser)
+        parser = command(subcommands, name, help_text, handler)
         if name != "list":
             parser.add_argument("name", type=nonempty, metavar="NAME", help="the schedule's name")
-        parser.set_defaults(handler=handler)

@@ -14,7 +14,7 @@ import os
 import socket
 from typing import Any
 
-from legato.cli import add_common_options, nonempty, number_in
+from legato.cli import command, connected, nonempty, number_in
 from legato.errors import ConfigurationError
 
 log = logging.getLogger("legato")
@@ -58,7 +58,6 @@ def _listen(host: str, port: int) -> socket.socket:
 
 async def _ui(args: argparse.Namespace) -> int:
     from legato.cli.apps import load_app
-    from legato.client import Client
 
     try:
         import uvicorn
@@ -73,7 +72,7 @@ async def _ui(args: argparse.Namespace) -> int:
     check_exposure(args.host, token)
     app = load_app(args.app) if args.app else None
     read_only = not args.allow_actions
-    async with await Client.connect(args.database_url, schema=args.schema, app=app) as client:
+    async with connected(args, app) as client:
         sock = _listen(args.host, args.port)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -92,19 +91,19 @@ async def _ui(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
+    parser = command(
+        commands,
         "ui",
-        help="serve a dashboard of runs, workflows and queues",
-        description="Serve the Legato dashboard: runs with filters, each run's graph, "
-        "attempts and live history, workflows and their versions, queues, quarantined runs.",
-        epilog="""examples:
+        "serve a dashboard of runs, workflows and queues",
+        _ui,
+        """examples:
   legato ui                                  # http://127.0.0.1:8080/, read-only
   legato ui --allow-actions --app examples.signup:app
   LEGATO_UI_TOKEN=s3cret legato ui --host 0.0.0.0 --port 9000
 """,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serve the Legato dashboard: runs with filters, each run's graph, "
+        "attempts and live history, workflows and their versions, queues, quarantined runs.",
     )
-    add_common_options(parser)
     parser.add_argument(
         "--host",
         type=nonempty,
@@ -137,4 +136,3 @@ def register(commands: Any) -> None:
         metavar="MODULE:APP",
         help="the legato.App whose event models validate signal payloads sent from the page",
     )
-    parser.set_defaults(handler=_ui)

@@ -13,7 +13,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from examples.orders import Line, Order, orders
 from examples.signup import Confirmed, Signup, signup
 from legato import Client, RunStatus
 from tests.browser.apps import app as examples_app
+from tests.helpers import spawn_legato
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
@@ -47,25 +47,9 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 XSS = "<script>window.__xss = 1</script>"
 
 
-def _env(database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATO_")}
-    env["LEGATO_DATABASE_URL"] = database_url
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = str(ROOT)
-    return env
-
-
 async def _spawn(database_url: str, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "legato",
-        *args,
-        cwd=ROOT,
-        env=_env(database_url),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    env = {"LEGATO_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    return await spawn_legato(*args, env=env, stderr=asyncio.subprocess.STDOUT)
 
 
 async def _line_with(process: asyncio.subprocess.Process, marker: str) -> str:

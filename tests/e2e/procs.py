@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato import Runtime
+from legato import App, Runtime
 from legato.db import create_engine
 from legato.engine import decider_loop
 from legato.runtime import Roles
@@ -41,16 +41,16 @@ def pause_decisions(marker: Path) -> None:
     decider_loop.Batch.write = write_then_hang  # type: ignore[method-assign]
 
 
-async def main(args: argparse.Namespace) -> None:
-    if args.pause_decision:
-        pause_decisions(Path(args.pause_decision))
-    engine = create_engine(args.database_url, "legato")
+async def serve(app: App, roles: Roles, database_url: str, concurrency: int, lease: float) -> None:
+    """Run ``app``'s ``roles`` until SIGTERM/SIGINT, polling fast so tests wait little
+    (shared with ``tests.e2e.txprocs``)."""
+    engine = create_engine(database_url, "legato")
     runtime = Runtime(
         engine,
-        importlib.import_module(args.app).app,
-        roles=ROLES[args.role],
-        concurrency=args.concurrency,
-        lease=timedelta(seconds=args.lease),
+        app,
+        roles=roles,
+        concurrency=concurrency,
+        lease=timedelta(seconds=lease),
         poll_interval=0.2,
         grace_period=2.0,
     )
@@ -58,6 +58,13 @@ async def main(args: argparse.Namespace) -> None:
         await runtime.run_until_signalled()
     finally:
         await engine.dispose()
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.pause_decision:
+        pause_decisions(Path(args.pause_decision))
+    app = importlib.import_module(args.app).app
+    await serve(app, ROLES[args.role], args.database_url, args.concurrency, args.lease)
 
 
 if __name__ == "__main__":

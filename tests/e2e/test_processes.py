@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -18,31 +16,22 @@ from legato import Client, RunStatus, Runtime, TaskState
 from legato.runtime import Roles
 from legato.schema import DecideQueue, RunEvents, Runs, TaskQueue, Tasks
 from tests.e2e import flows
-from tests.helpers import count_rows, eventually
+from tests.helpers import count_rows, eventually, started_processes
 
-ROOT = Path(__file__).resolve().parents[2]
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
 
 @pytest.fixture
 def spawn(database_url: str) -> Iterator[Spawn]:
     """Start ``tests/e2e/procs.py`` processes; any still alive are killed afterwards."""
-    started: list[subprocess.Popen[bytes]] = []
+    with started_processes() as start:
 
-    def start(role: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.procs", role, "--database-url", database_url, *extra],
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-        )
-        started.append(proc)
-        return proc
+        def spawn(
+            role: str, *extra: str, env: dict[str, str] | None = None
+        ) -> subprocess.Popen[bytes]:
+            return start("tests.e2e.procs", role, "--database-url", database_url, *extra, env=env)
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        yield spawn
 
 
 @pytest_asyncio.fixture

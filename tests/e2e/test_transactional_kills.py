@@ -7,11 +7,9 @@ process) finishes.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
@@ -25,7 +23,7 @@ from legato import Client, RunHandle, Runtime
 from legato.runtime import Roles
 from tests.e2e import txflows
 from tests.e2e.test_transactional_tasks import create_ledger, ledger_rows
-from tests.helpers import ROOT, eventually
+from tests.helpers import eventually, started_processes
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
 POINTS = (*txflows.TRANSACTIONAL_POINTS, txflows.AFTER_COMMIT)
@@ -35,22 +33,18 @@ ROUNDS = 6  # one victim per point in each round: 30 kills
 @pytest.fixture
 def spawn(database_url: str) -> Iterator[Spawn]:
     """Start worker processes; any still alive are killed afterwards."""
-    started: list[subprocess.Popen[bytes]] = []
+    with started_processes() as start:
 
-    def start(*extra: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.txprocs", "--database-url", database_url, *extra],
-            cwd=ROOT,
-            env={**os.environ, txflows.LEDGER_URL_ENV: database_url},
-        )
-        started.append(proc)
-        return proc
+        def spawn(*extra: str) -> subprocess.Popen[bytes]:
+            return start(
+                "tests.e2e.txprocs",
+                "--database-url",
+                database_url,
+                *extra,
+                env={txflows.LEDGER_URL_ENV: database_url},
+            )
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        yield spawn
 
 
 @pytest_asyncio.fixture

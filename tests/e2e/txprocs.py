@@ -14,18 +14,16 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato import Runtime
-from legato.db import create_engine
 from legato.engine import reports as legato_reports
 from legato.engine import worker
 from legato.engine.reports import Report
 from legato.runtime import Roles
 from tests.e2e import txflows
+from tests.e2e.procs import serve
 
 
 def stop_around_commit(victim: txflows.Victim) -> None:
@@ -51,20 +49,13 @@ async def main(args: argparse.Namespace) -> None:
     if args.kill_at:
         txflows.VICTIM = txflows.Victim(args.kill_at, Path(args.marker_dir))
         stop_around_commit(txflows.VICTIM)
-    engine = create_engine(args.database_url, "legato")
-    runtime = Runtime(
-        engine,
+    await serve(
         txflows.app,
-        roles=Roles(decider=False, timer=False),
-        concurrency=args.concurrency,
-        lease=timedelta(seconds=args.lease),
-        poll_interval=0.2,
-        grace_period=2.0,
+        Roles(decider=False, timer=False),
+        args.database_url,
+        args.concurrency,
+        args.lease,
     )
-    try:
-        await runtime.run_until_signalled()
-    finally:
-        await engine.dispose()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 import uuid
@@ -24,6 +23,7 @@ from examples.signup import app as signup_app
 from legato import Client, RunStatus, Runtime
 from legato.cli import main
 from legato.schema import Runs, Signals
+from tests.helpers import spawn_legato
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,23 +35,9 @@ class Done:
     err: str
 
 
-def _env(database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATO_")}
-    env["LEGATO_DATABASE_URL"] = database_url
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 async def _spawn(database_url: str, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "legato",
-        *args,
-        cwd=ROOT,
-        env=_env(database_url),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    return await spawn_legato(
+        *args, env={"LEGATO_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
     )
 
 

@@ -52,83 +52,78 @@ class _Listener:
             await asyncio.wait_for(self.arrived.wait(), timeout=10)
 
 
-async def test_a_rolled_back_start_leaves_no_run_and_no_notify(
-    engine: AsyncEngine, user_engine: AsyncEngine, database_url: str
-) -> None:
-    listener = _Listener()
+@pytest.fixture
+async def listener(database_url: str) -> AsyncIterator[_Listener]:
+    collected = _Listener()
     raw = await asyncpg.connect(
         resolve_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
     )
-    await raw.add_listener("legato_decide_v1", listener)
+    await raw.add_listener("legato_decide_v1", collected)
     try:
-        async with Client(engine) as client:
-            async with user_engine.connect() as conn:
-                transaction = await conn.begin()
-                await conn.execute(accounts.insert().values(id=1, email="ada@example.com"))
-                handle = await client.start(
-                    signup,
-                    Signup(email="ada@example.com"),
-                    connection=conn,
-                    idempotency_key="signup:ada",
-                )
-                await transaction.rollback()
-            with pytest.raises(RunNotFound):
-                await client.get_run(handle.run_id)
-            assert await _count_runs(engine) == 0
-
-            # Notifications arrive in commit order: a sentinel committed after the
-            # rollback would be preceded by the rolled-back start's NOTIFY had it fired.
-            async with engine.begin() as conn:
-                await conn.execute(select(func.pg_notify("legato_decide_v1", "sentinel")))
-            await listener.until("sentinel")
-            assert listener.payloads == ["sentinel"]
-
-            # The idempotency key went with the transaction: the same key starts anew.
-            again = await client.start(
-                signup, Signup(email="ada@example.com"), idempotency_key="signup:ada"
-            )
-            assert again.run_id != handle.run_id
+        yield collected
     finally:
         await raw.close()
+
+
+async def test_a_rolled_back_start_leaves_no_run_and_no_notify(
+    engine: AsyncEngine, user_engine: AsyncEngine, listener: _Listener
+) -> None:
+    async with Client(engine) as client:
+        async with user_engine.connect() as conn:
+            transaction = await conn.begin()
+            await conn.execute(accounts.insert().values(id=1, email="ada@example.com"))
+            handle = await client.start(
+                signup,
+                Signup(email="ada@example.com"),
+                connection=conn,
+                idempotency_key="signup:ada",
+            )
+            await transaction.rollback()
+        with pytest.raises(RunNotFound):
+            await client.get_run(handle.run_id)
+        assert await _count_runs(engine) == 0
+
+        # Notifications arrive in commit order: a sentinel committed after the
+        # rollback would be preceded by the rolled-back start's NOTIFY had it fired.
+        async with engine.begin() as conn:
+            await conn.execute(select(func.pg_notify("legato_decide_v1", "sentinel")))
+        await listener.until("sentinel")
+        assert listener.payloads == ["sentinel"]
+
+        # The idempotency key went with the transaction: the same key starts anew.
+        again = await client.start(
+            signup, Signup(email="ada@example.com"), idempotency_key="signup:ada"
+        )
+        assert again.run_id != handle.run_id
 
 
 async def test_a_committed_start_exists_with_the_callers_rows_and_wakes_the_deciders(
-    engine: AsyncEngine, user_engine: AsyncEngine, database_url: str
+    engine: AsyncEngine, user_engine: AsyncEngine, listener: _Listener
 ) -> None:
-    listener = _Listener()
-    raw = await asyncpg.connect(
-        resolve_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    )
-    await raw.add_listener("legato_decide_v1", listener)
-    try:
-        async with Client(engine) as client:
-            async with user_engine.begin() as conn:
-                await conn.execute(accounts.insert().values(id=1, email="ada@example.com"))
-                handle = await client.start(
-                    signup, Signup(email="ada@example.com"), connection=conn
-                )
-                many = await client.start_many(
-                    signup,
-                    [Signup(email="b@example.com"), Signup(email="c@example.com")],
-                    connection=conn,
-                )
-                # Not visible to anyone else before the caller commits.
-                assert await _count_runs(engine) == 0
-                # The caller's connection is left as it was: its own tables still resolve.
-                assert conn.sync_connection is not None
-                options = conn.sync_connection.get_execution_options()
-                assert options.get("schema_translate_map") is None
-            await listener.until("")
-            details = await client.get_run(handle.run_id)
-            assert details.run.status is RunStatus.RUNNING
-            assert details.run.input == {"email": "ada@example.com"}
-            for other in many:
-                assert (await client.get_run(other.run_id)).run.workflow_name == "signup"
-            async with user_engine.connect() as conn:
-                emails = (await conn.execute(select(accounts.c.email))).scalars().all()
-            assert emails == ["ada@example.com"]
-    finally:
-        await raw.close()
+    async with Client(engine) as client:
+        async with user_engine.begin() as conn:
+            await conn.execute(accounts.insert().values(id=1, email="ada@example.com"))
+            handle = await client.start(signup, Signup(email="ada@example.com"), connection=conn)
+            many = await client.start_many(
+                signup,
+                [Signup(email="b@example.com"), Signup(email="c@example.com")],
+                connection=conn,
+            )
+            # Not visible to anyone else before the caller commits.
+            assert await _count_runs(engine) == 0
+            # The caller's connection is left as it was: its own tables still resolve.
+            assert conn.sync_connection is not None
+            options = conn.sync_connection.get_execution_options()
+            assert options.get("schema_translate_map") is None
+        await listener.until("")
+        details = await client.get_run(handle.run_id)
+        assert details.run.status is RunStatus.RUNNING
+        assert details.run.input == {"email": "ada@example.com"}
+        for other in many:
+            assert (await client.get_run(other.run_id)).run.workflow_name == "signup"
+        async with user_engine.connect() as conn:
+            emails = (await conn.execute(select(accounts.c.email))).scalars().all()
+        assert emails == ["ada@example.com"]
 
 
 async def test_a_caller_transaction_start_with_bad_input_writes_nothing(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.expiry import delete_expired
 from legato.schema import IdempotencyKeys
 
 
@@ -37,14 +38,4 @@ async def claim(
 async def prune(conn: AsyncConnection, limit: int = 10_000) -> int:
     """Delete expired keys (maintenance in the decider process). Served by
     ``ix_idempotency_keys_expires_at``."""
-    expired = (
-        select(IdempotencyKeys.namespace, IdempotencyKeys.key)
-        .where(IdempotencyKeys.expires_at < func.now())
-        .limit(limit)
-    )
-    result = await conn.execute(
-        delete(IdempotencyKeys.table)
-        .where(tuple_(IdempotencyKeys.namespace, IdempotencyKeys.key).in_(expired))
-        .returning(IdempotencyKeys.key)
-    )
-    return len(result.all())
+    return await delete_expired(conn, IdempotencyKeys.table, IdempotencyKeys.expires_at, limit)

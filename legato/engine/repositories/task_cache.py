@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pydantic import JsonValue
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.expiry import delete_expired
 from legato.schema import TaskCache
 
 
@@ -49,14 +50,4 @@ async def store(
 async def prune(conn: AsyncConnection, limit: int = 10_000) -> int:
     """Delete expired entries (maintenance in the decider process). Served by
     ``ix_task_cache_expires_at``."""
-    expired = (
-        select(TaskCache.task_name, TaskCache.key)
-        .where(TaskCache.expires_at < func.now())
-        .limit(limit)
-    )
-    result = await conn.execute(
-        delete(TaskCache.table)
-        .where(tuple_(TaskCache.task_name, TaskCache.key).in_(expired))
-        .returning(TaskCache.key)
-    )
-    return len(result.all())
+    return await delete_expired(conn, TaskCache.table, TaskCache.expires_at, limit)

@@ -45,6 +45,26 @@ class TaskRow:
     finished_at: datetime | None
 
 
+# The columns of a ``TaskRow``, in its field order: a query reading attempts selects
+# these (then any columns of its own) so each row builds the row type positionally.
+TASK_ROW_COLUMNS = (
+    Tasks.id,
+    Tasks.node_id,
+    Tasks.iteration,
+    Tasks.attempt,
+    Tasks.kind,
+    Tasks.state,
+    Tasks.task_name,
+    Tasks.queue,
+    Tasks.output,
+    Tasks.error,
+    Tasks.observed,
+    Tasks.created_at,
+    Tasks.started_at,
+    Tasks.finished_at,
+)
+
+
 async def load_many(
     conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[TaskRow]]:
@@ -78,23 +98,7 @@ def _load_statement() -> Select[
     datetime,
 ]:
     return (
-        select(
-            Tasks.run_id,
-            Tasks.id,
-            Tasks.node_id,
-            Tasks.iteration,
-            Tasks.attempt,
-            Tasks.kind,
-            Tasks.state,
-            Tasks.task_name,
-            Tasks.queue,
-            Tasks.output,
-            Tasks.error,
-            Tasks.observed,
-            Tasks.created_at,
-            Tasks.started_at,
-            Tasks.finished_at,
-        )
+        select(Tasks.run_id, *TASK_ROW_COLUMNS)
         .where(in_array(Tasks.run_id, uuid_array("run_ids")))
         .order_by(Tasks.run_id, Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
     )

@@ -16,17 +16,15 @@ from pydantic import JsonValue
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.decider.model import TaskError
 from legato.engine.repositories.params import in_array, uuid_array
+from legato.engine.repositories.tasks import TASK_ROW_COLUMNS, TaskRow
 from legato.schema import (
     DecideQueue,
     IdempotencyKeys,
-    NodeKind,
     Runs,
     RunStatus,
     TaskQueue,
     Tasks,
-    TaskState,
     WorkflowDefinitions,
 )
 
@@ -108,21 +106,11 @@ async def runs_with_key(conn: AsyncConnection, key: str) -> list[uuid.UUID]:
 
 
 @dataclass(frozen=True)
-class Attempt:
-    task_id: uuid.UUID
-    node_id: str
-    iteration: int
-    attempt: int
-    kind: NodeKind
-    state: TaskState
-    task_name: str | None
-    queue: str | None
+class Attempt(TaskRow):
+    """An attempt as the run page shows it: the repository's row plus its input and the
+    worker holding its lease."""
+
     input: JsonValue
-    output: JsonValue
-    error: TaskError | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
     lease_owner: str | None
 
 
@@ -131,27 +119,11 @@ async def attempts(conn: AsyncConnection, run_id: uuid.UUID) -> list[Attempt]:
     page; ``Client.get_run`` leaves inputs out). Served by
     ``ix_tasks_run_id_node_id_iteration_attempt`` in the run's partition."""
     result = await conn.execute(
-        select(
-            Tasks.id.label("task_id"),
-            Tasks.node_id,
-            Tasks.iteration,
-            Tasks.attempt,
-            Tasks.kind,
-            Tasks.state,
-            Tasks.task_name,
-            Tasks.queue,
-            Tasks.input,
-            Tasks.output,
-            Tasks.error,
-            Tasks.created_at,
-            Tasks.started_at,
-            Tasks.finished_at,
-            Tasks.lease_owner,
-        )
+        select(*TASK_ROW_COLUMNS, Tasks.input, Tasks.lease_owner)
         .where(Tasks.run_id == run_id)
         .order_by(Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
     )
-    return [Attempt(**row._asdict()) for row in result]
+    return [Attempt(*tuple(row)) for row in result]
 
 
 async def task_payload(

@@ -1,0 +1,20 @@
+"""Bounded deletion of expired rows, shared by the tables maintenance prunes by ``expires_at``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Column, Table, delete, func, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+async def delete_expired(
+    conn: AsyncConnection, table: Table, expires_at: Column[Any], limit: int
+) -> int:
+    """Delete at most ``limit`` rows of ``table`` whose ``expires_at`` has passed, matched
+    by primary key so each batch is one bounded statement; the caller's table has an
+    index on ``expires_at`` to serve the inner select. Returns how many were deleted."""
+    key = tuple(table.primary_key.columns)
+    expired = select(*key).where(expires_at < func.now()).limit(limit)
+    result = await conn.execute(delete(table).where(tuple_(*key).in_(expired)).returning(key[0]))
+    return len(result.all())
