@@ -32,7 +32,7 @@ def register(commands: Any) -> None:
     parser = command(
         commands,
         "bench",
-        "measure start, end-to-end, wake and history figures on a fresh PostgreSQL",
+        "measure starts, end-to-end runs, latency, commits and history on a fresh PostgreSQL",
         _bench,
         description="Run the benchmark scenarios against one PostgreSQL started for the run "
         "(embedded PostgreSQL 18, durable commits) or --database-url; print each figure "

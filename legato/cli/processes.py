@@ -193,7 +193,7 @@ def register(commands: Any) -> None:
     decider = command(
         commands,
         "decider",
-        "run decider loops (and partition maintenance); deploys the app's workflows",
+        "run decider loops, schedules and partition maintenance; deploys the app's workflows",
         _decider,
         """examples:
   legato decider --app myproject.workflows:app
@@ -248,7 +248,7 @@ seconds to finish, and releases the rest so another worker takes them at once.""
     timer = command(
         commands,
         "timer",
-        "fire due timers (sleeps, event and task timeouts) and sweep expired leases",
+        "fire due timers (sleeps, event, task and run timeouts) and sweep expired leases",
         _timer,
         """examples:
   legato timer

@@ -287,7 +287,7 @@ def register(commands: Any) -> None:
     subcommands = group(
         commands,
         "runs",
-        "list, inspect, watch, start, signal and cancel runs",
+        "list, inspect, watch, start, signal, cancel and resume runs",
         description="Inspect and drive runs.",
         epilog="""examples:
   legato runs list --status running
