@@ -244,13 +244,12 @@ class Batch:
         for child_id in self.cancel_children:
             if await runs.request_cancel(conn, child_id):
                 await decide_queue.enqueue(conn, [child_id], "parent cancelled")
-        await run_events.append(conn, self.events)
+        await run_events.append(conn, self.events, self.lifecycle)
         await runs.finish_many(
             conn,
             [runs.Finish(run.id, f.status, f.output, f.error) for run, f in self.finishes],
         )
         await complete_parents(conn, self.finishes)
-        await outbox.publish(conn, self.lifecycle)
 
 
 class DecisionAborted(Exception):

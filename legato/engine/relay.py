@@ -2,7 +2,8 @@
 them to webhook endpoints over HTTP (httpx, the ``webhooks`` extra).
 
 Events enter ``outbox`` in the transaction of the transition they describe (the decider
-loop calls :func:`lifecycle_events` and ``outbox.publish``), so an event exists if and
+loop calls :func:`lifecycle_events` and writes them with ``outbox.publish``, or with its
+CTE ``outbox.published`` inside the batch's history INSERT), so an event exists if and
 only if its transition committed. The relay claims due deliveries with a lease
 (``outbox.claim``), commits, POSTs them concurrently, then records each outcome: a 2xx
 deletes the row; anything else backs it off exponentially with jitter until the

@@ -17,8 +17,10 @@ from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    CTE,
     BigInteger,
     Float,
+    Insert,
     Integer,
     Interval,
     any_,
@@ -95,28 +97,36 @@ class Failure:
 
 async def publish(conn: AsyncConnection, events: Sequence[Event]) -> None:
     """Write each event once per endpoint subscribed to its type and its run's workflow
-    (decider loop: ``Batch.write`` for starts and finishes, ``DeciderLoop._failed`` for a
-    quarantine), in the caller's transaction — the transition and its event commit or
-    roll back together. One ``INSERT ... SELECT`` over ``unnest``: the endpoints are a
-    handful of rows read whole, the run's workflow comes from the ``runs`` primary key
-    (one partition per run). With no endpoint subscribed it inserts nothing."""
-    if not events:
-        return
-    await conn.execute(
-        _publish_statement(),
-        {
-            "event_ids": [e.event_id for e in events],
-            "run_ids": [e.run_id for e in events],
-            "types": [e.type for e in events],
-            "payloads": [JSON_VALUE.dump_text(e.payload) for e in events],
-        },
-    )
+    (decider loop: ``DeciderLoop._failed`` for a quarantine; ``Batch.write`` folds its
+    starts and finishes into the history's INSERT with :func:`published`), in the
+    caller's transaction — the transition and its event commit or roll back together.
+    One ``INSERT ... SELECT`` over ``unnest``: the endpoints are a handful of rows read
+    whole, the run's workflow comes from the ``runs`` primary key (one partition per
+    run). With no endpoint subscribed it inserts nothing."""
+    if events:
+        await conn.execute(_publish_statement(), published_params(events))
+
+
+def published() -> CTE:
+    """:func:`publish` as a data-modifying CTE, bound by :func:`published_params` (added
+    to ``run_events.append``, so a decision batch's lifecycle events cost no statement
+    of their own: most deployments have no endpoint, and then it inserts nothing)."""
+    return _publish_statement().cte("published")
+
+
+def published_params(events: Sequence[Event]) -> dict[str, Any]:
+    return {
+        "event_ids": [e.event_id for e in events],
+        "run_ids": [e.run_id for e in events],
+        "types": [e.type for e in events],
+        "payloads": [JSON_VALUE.dump_text(e.payload) for e in events],
+    }
 
 
 @cache
-def _publish_statement() -> Any:
+def _publish_statement() -> Insert:
     given = rows_of(
-        "given",
+        "lifecycle",
         event_id=uuid_array("event_ids"),
         run_id=uuid_array("run_ids"),
         type=text_array("types"),
