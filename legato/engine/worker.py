@@ -327,6 +327,16 @@ class Worker(Loop):
                 self._inflight.pop(item.task_id, None)
                 return None
             error = error_of(exc, definition.is_retryable(exc))
+            # The body's own failures are logged where they happen; this is the
+            # completion or the commit failing after the body returned.
+            log.warning(
+                "attempt %d of %r could not commit its transaction: %s: %s",
+                item.attempt,
+                item.task_name,
+                error.type,
+                error.message,
+                extra={**hooks.context_of(item), "error_type": error.type},
+            )
             return _report(item, TaskState.FAILED, None, error)
         self._finished([item.task_id])
         return None
