@@ -38,7 +38,7 @@ from legato.arguments import (
     run_status,
 )
 from legato.db import check_database, connect, create_engine, resolve_schema
-from legato.engine.deploy import deploy_workflows, store_version
+from legato.engine.deploy import deploy_workflows
 from legato.engine.repositories import (
     decide_queue,
     definitions,
@@ -79,8 +79,9 @@ from legato.models import (
 )
 from legato.observability import tracing
 from legato.run_wakeups import RunWakeups, woken
-from legato.schema import SCHEMA_PLACEHOLDER, RunStatus, uuid7
+from legato.schema import RunStatus, uuid7
 from legato.schema.types import strip_nul
+from legato.starting import SpecVersions, start_connection
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -128,7 +129,7 @@ class Client:
         self.poll_interval = float(poll_interval)
         self._owns_engine = owns_engine
         self._wakeups = RunWakeups(engine, self.schema)
-        self._versions: dict[tuple[str, str], int] = {}
+        self._versions = SpecVersions()
         self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
         # A run's workflow never changes: signalling a run again needs no read.
         self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
@@ -187,22 +188,6 @@ class Client:
             raise InvalidArgument(f"deploy() takes a legato.App, not {target!r}")
         async with self.engine.begin() as conn:
             return await deploy_workflows(conn, target.workflows.values())
-
-    async def _version_of(self, conn: AsyncConnection, workflow: WorkflowDefinition) -> int:
-        """The spec's stored version, storing it (and its children's) in ``conn``'s
-        transaction if this client has not seen it commit. Not remembered here: a
-        concurrent start that took the remembered version's one-statement path before
-        this transaction commits would insert a run whose definition row is not yet
-        visible; callers call ``_remember`` once their transaction has committed."""
-        version = self._versions.get((workflow.name, workflow.spec_hash))
-        if version is None:
-            for child in App(workflow.children.values()).workflows.values():
-                await store_version(conn, child, deploy=False)
-            version = await store_version(conn, workflow, deploy=False)
-        return version
-
-    def _remember(self, workflow: WorkflowDefinition, version: int) -> None:
-        self._versions[(workflow.name, workflow.spec_hash)] = version
 
     # -- starting -----------------------------------------------------------------------------
 
@@ -292,9 +277,9 @@ class Client:
         connection: AsyncConnection | None,
     ) -> RunHandle[Any]:
         own = definition if isinstance(workflow, WorkflowDefinition) else None
-        version = self._versions.get((name, own.spec_hash)) if own is not None else None
+        version = self._versions.known(own) if own is not None else None
         if connection is not None and own is not None:
-            version = await self._stored_version(own)
+            version = await self._versions.stored(self.engine, own)
         # The caller's trace context goes with the run: its task spans join that trace.
         trace = tracing.capture()
         new = runs.NewRun(
@@ -302,12 +287,12 @@ class Client:
         )
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
-            async with self._on(connection, self._autocommit) as conn:
+            async with start_connection(connection, self._autocommit, self.schema) as conn:
                 await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
-        async with self._on(connection, self.engine.begin) as conn:
+        async with start_connection(connection, self.engine.begin, self.schema) as conn:
             if own is not None:
-                version = await self._version_of(conn, own)
+                version = await self._versions.version_of(conn, own)
             else:
                 version = await definitions.deployed_version(conn, name)
                 if version is None:
@@ -328,7 +313,7 @@ class Client:
                     return RunHandle(self, existing, _typed(workflow))
             await self._start(conn, [replace(new, workflow_version=version)])
         if own is not None and connection is None:
-            self._remember(own, version)
+            self._versions.remember(own, version)
         return RunHandle(self, new_id, _typed(workflow))
 
     async def start_many(
@@ -360,9 +345,9 @@ class Client:
         ids = [uuid7() for _ in payloads]
         trace = tracing.capture()
         if connection is not None:
-            await self._stored_version(workflow)
-        async with self._on(connection, self.engine.begin) as conn:
-            version = await self._version_of(conn, workflow)
+            await self._versions.stored(self.engine, workflow)
+        async with start_connection(connection, self.engine.begin, self.schema) as conn:
+            version = await self._versions.version_of(conn, workflow)
             await self._start(
                 conn,
                 [
@@ -371,44 +356,8 @@ class Client:
                 ],
             )
         if connection is None:
-            self._remember(workflow, version)
+            self._versions.remember(workflow, version)
         return [RunHandle(self, run_id, workflow) for run_id in ids]
-
-    async def _stored_version(self, workflow: WorkflowDefinition) -> int:
-        """The spec's version, stored in a transaction of the client's own: a version
-        written in the caller's transaction would be remembered by this client even if
-        the caller rolled it back. Storing a version is idempotent and harmless."""
-        async with self.engine.begin() as conn:
-            version = await self._version_of(conn, workflow)
-        self._remember(workflow, version)
-        return version
-
-    @contextlib.asynccontextmanager
-    async def _on(
-        self,
-        connection: AsyncConnection | None,
-        own: Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]],
-    ) -> AsyncIterator[AsyncConnection]:
-        """The caller's connection, pointed at Legato's schema for the duration (and put
-        back as it was), or one of the client's own from ``own``."""
-        if connection is None:
-            async with own() as conn:
-                yield conn
-            return
-        if connection.dialect.driver != "asyncpg":
-            raise ConfigurationError(
-                f"connection= must be an asyncpg connection (postgresql+asyncpg://), "
-                f"got driver {connection.dialect.driver!r}"
-            )
-        sync = connection.sync_connection
-        before = None if sync is None else sync.get_execution_options().get("schema_translate_map")
-        await connection.execution_options(
-            schema_translate_map={**(before or {}), SCHEMA_PLACEHOLDER: self.schema}
-        )
-        try:
-            yield connection
-        finally:
-            await connection.execution_options(schema_translate_map=before)
 
     async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
         await runs.start_runs(conn, new_runs, "started")

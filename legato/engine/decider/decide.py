@@ -1,17 +1,17 @@
 """The pure decider: ``decide(spec, snapshot, now) -> list[Action]``.
 
 No I/O, no clock, no randomness: the same spec, snapshot and ``now`` always give
-the same actions, and deciding again after applying them gives nothing new.
+the same actions, and deciding again after applying them gives nothing new. Each
+node kind's part is its handler in ``nodes.py``.
 """
 
 from __future__ import annotations
 
-import enum
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from pydantic import JsonValue
 
@@ -21,76 +21,37 @@ from legato.engine.decider.model import (
     AppendEvent,
     ArmTimer,
     BufferedSignal,
-    CancelChildRun,
-    ConsumeSignal,
     CreateTask,
     EnqueueTask,
     FinishRun,
     MarkObserved,
     ResolveTask,
     RunSnapshot,
-    StartChildRun,
     TaskError,
     TaskRecord,
     child_run_id_for,
     task_id_for,
     timer_id_for,
 )
+from legato.engine.decider.nodes import HANDLERS, NodeHandler
+from legato.engine.decider.state import DeciderError, Outcome, Row, Status, UnknownNodeError
 from legato.flow.spec import (
-    DEFAULT_CASE,
     HANDLER_NODE_ID,
     INPUT_NODE_ID,
-    ChildNodeSpec,
-    EventNodeSpec,
     FailureInfo,
-    FirstOfNodeSpec,
-    JsonScalar,
-    MapNodeSpec,
     NodeSpec,
-    SleepNodeSpec,
-    SwitchNodeSpec,
-    TaskNodeSpec,
     WorkflowSpec,
     topological_order,
 )
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 
-
-class DeciderError(Exception):
-    """The snapshot does not fit the spec (a bug or a corrupted run), never user data."""
-
-
-class UnknownNodeError(DeciderError):
-    """A task row names a node the run's workflow version does not have."""
-
-
-class Status(enum.Enum):
-    PENDING = "pending"  # not started: waiting for dependencies
-    LIVE = "live"  # work in flight (an attempt, a wait, a retry, map elements)
-    DONE = "done"
-    SKIPPED = "skipped"
-    FAILED = "failed"
-
-
-# A node's status in this decision, with its output when DONE.
-Outcome = tuple[Status, JsonValue]
-
-
-@dataclass(frozen=True)
-class _Row:
-    task_id: uuid.UUID
-    node_id: str
-    iteration: int
-    attempt: int
-    kind: NodeKind
-    state: TaskState
-    output: JsonValue = None
-    error: TaskError | None = None
+# The package and tests import these from here too.
+__all__ = ["HANDLERS", "DeciderError", "UnknownNodeError", "decide"]
 
 
 @dataclass(frozen=True)
 class _Failure:
-    row: _Row
+    row: Row
     error: TaskError
 
 
@@ -100,16 +61,10 @@ _FAILED_STATES = frozenset({TaskState.FAILED, TaskState.TIMED_OUT})
 
 def decide(spec: WorkflowSpec, snapshot: RunSnapshot, now: datetime) -> list[Action]:
     """Decide what happens next in one run. Pure: see the module docstring."""
-    return _Decision(spec, snapshot, now).run()
+    return Decision(spec, snapshot, now).run()
 
 
-def _json_equal(a: JsonValue, b: JsonScalar) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return a == b
-
-
-class _Decision:
+class Decision:
     def __init__(self, spec: WorkflowSpec, snapshot: RunSnapshot, now: datetime) -> None:
         self.spec = spec
         self.snap = snapshot
@@ -121,7 +76,7 @@ class _Decision:
         self.signals: list[BufferedSignal] = list(snapshot.signals)
         self.status: dict[str, Outcome] = {INPUT_NODE_ID: (Status.DONE, snapshot.input)}
         # Latest attempt per (node, iteration).
-        self.rows: dict[tuple[str, int], _Row] = {}
+        self.rows: dict[tuple[str, int], Row] = {}
         known = set(self.index)
         if spec.on_failure is not None:
             known.add(HANDLER_NODE_ID)
@@ -134,7 +89,7 @@ class _Decision:
             key = (rec.node_id, rec.iteration)
             cur = self.rows.get(key)
             if cur is None or rec.attempt > cur.attempt:
-                self.rows[key] = _Row(
+                self.rows[key] = Row(
                     rec.task_id,
                     rec.node_id,
                     rec.iteration,
@@ -194,7 +149,7 @@ class _Decision:
     def _event(
         self,
         type: str,
-        row: _Row | None = None,
+        row: Row | None = None,
         *,
         node_id: str | None = None,
         data: JsonValue = None,
@@ -247,7 +202,7 @@ class _Decision:
         kind: NodeKind,
         state: TaskState,
         **fields: JsonValue | TaskError | datetime | None,
-    ) -> _Row:
+    ) -> Row:
         id_for = child_run_id_for if kind is NodeKind.CHILD else task_id_for
         task_id = id_for(self.snap.run_id, node_id, iteration, attempt)
         action = CreateTask.model_validate(
@@ -262,13 +217,13 @@ class _Decision:
             }
         )
         self._emit(action)
-        row = _Row(task_id, node_id, iteration, attempt, kind, state, action.output, action.error)
+        row = Row(task_id, node_id, iteration, attempt, kind, state, action.output, action.error)
         self.rows[(node_id, iteration)] = row
         if not state.active:
             self.observed.append(task_id)
         return row
 
-    def _resolve(self, row: _Row, state: TaskState, output: JsonValue = None) -> _Row:
+    def _resolve(self, row: Row, state: TaskState, output: JsonValue = None) -> Row:
         self._emit(
             ResolveTask(task_id=row.task_id, attempt=row.attempt, state=state, output=output)
         )
@@ -277,7 +232,7 @@ class _Decision:
         self.observed.append(row.task_id)
         return new
 
-    def _timer(self, row: _Row, kind: TimerKind, fire_at: datetime) -> None:
+    def _timer(self, row: Row, kind: TimerKind, fire_at: datetime) -> None:
         self._emit(
             ArmTimer(
                 timer_id=timer_id_for(row.task_id, kind),
@@ -297,7 +252,7 @@ class _Decision:
         task_name: str,
         args: JsonValue,
         available_at: datetime,
-    ) -> _Row:
+    ) -> Row:
         task = self.spec.tasks[task_name]
         row = self._create(
             node_id,
@@ -335,7 +290,7 @@ class _Decision:
         )
         return row
 
-    def _retry(self, row: _Row, task_name: str, args: JsonValue) -> _Row:
+    def _retry(self, row: Row, task_name: str, args: JsonValue) -> Row:
         policy = self.spec.tasks[task_name].retry
         delay = retry_delay(
             policy,
@@ -392,7 +347,7 @@ class _Decision:
 
     # -- failures ------------------------------------------------------------------
 
-    def _can_retry(self, row: _Row, task_name: str | None) -> bool:
+    def _can_retry(self, row: Row, task_name: str | None) -> bool:
         if task_name is None or row.kind not in _RETRYABLE_KINDS or row.state not in _FAILED_STATES:
             return False
         if row.state is TaskState.FAILED and row.error is not None and not row.error.retryable:
@@ -403,7 +358,7 @@ class _Decision:
         node = self.spec.nodes[self.index[node_id]]
         return HANDLERS[node.kind], node
 
-    def _is_failure(self, row: _Row) -> bool:
+    def _is_failure(self, row: Row) -> bool:
         if row.state is TaskState.CANCELLED:
             return True
         if row.state not in _FAILED_STATES:
@@ -505,260 +460,3 @@ class _Decision:
                 del self.signals[i]
                 return signal
         return None
-
-
-# -- node kinds ----------------------------------------------------------------------
-
-N = TypeVar("N", bound=NodeSpec)
-
-
-class NodeHandler(Generic[N]):
-    """What one node kind does in a decision. ``HANDLERS`` maps each spec ``kind`` to
-    its handler; adding a kind is a handler plus its entry (see docs/architecture.md)."""
-
-    row_kind: NodeKind  # the kind of its tasks rows (and of its skip record)
-
-    def evaluate(self, d: _Decision, node: N, row: _Row | None) -> Outcome:
-        """The node's status this decision (``row``: its iteration-0 row, if any),
-        emitting whatever starts or advances it. By default: wait for the node's gate,
-        then ``start`` it once, then ``progress`` its row."""
-        if row is None:
-            gate = d._gate(node)
-            if gate is Status.SKIPPED:
-                return d._skip(node)
-            if gate is Status.PENDING:
-                return (Status.PENDING, None)
-            return self.start(d, node)
-        return self.progress(d, node, row)
-
-    def start(self, d: _Decision, node: N) -> Outcome:
-        """Start the node once its gate opens (its first row, timers, events); a kind
-        that overrides ``evaluate`` need not."""
-        raise DeciderError(f"cannot start node {node.id!r} of kind {node.kind!r}")
-
-    def progress(self, d: _Decision, node: N, row: _Row) -> Outcome:
-        """A started node: done when its row completed, live while it is active, else
-        failed (``failed_for_good`` decides whether the run fails over it)."""
-        if row.state is TaskState.COMPLETED:
-            return (Status.DONE, row.output)
-        if row.state.active:
-            return (Status.LIVE, None)
-        return (Status.FAILED, None)
-
-    def task_name(self, node: N) -> str | None:
-        """The task its rows run, whose retry policy applies; None: never retried."""
-        return None
-
-    def failed_for_good(self, d: _Decision, node: N, row: _Row) -> bool:
-        """Whether a FAILED or TIMED_OUT row fails the run (no retry is left)."""
-        return not d._can_retry(row, self.task_name(node))
-
-    def cancelled(self, d: _Decision, row: _Row) -> None:
-        """Called when the decision cancels the node's live row (its row is resolved)."""
-
-
-class _Task(NodeHandler[TaskNodeSpec]):
-    row_kind = NodeKind.TASK
-
-    def task_name(self, node: TaskNodeSpec) -> str | None:
-        return node.task
-
-    def start(self, d: _Decision, node: TaskNodeSpec) -> Outcome:
-        args: JsonValue = [d._output(i) for i in node.inputs]
-        d._start_attempt(node.id, 0, 1, self.row_kind, node.task, args, d.now)
-        return (Status.LIVE, None)
-
-    def progress(self, d: _Decision, node: TaskNodeSpec, row: _Row) -> Outcome:
-        if d._can_retry(row, node.task):
-            d._retry(row, node.task, [d._output(i) for i in node.inputs])
-            return (Status.LIVE, None)
-        return super().progress(d, node, row)
-
-
-class _Sleep(NodeHandler[SleepNodeSpec]):
-    row_kind = NodeKind.SLEEP
-
-    def start(self, d: _Decision, node: SleepNodeSpec) -> Outcome:
-        row = d._create(node.id, 0, 1, self.row_kind, TaskState.WAITING)
-        d._timer(row, TimerKind.SLEEP, d.now + timedelta(seconds=node.seconds))
-        d._event("sleep_started", row, data={"seconds": node.seconds})
-        return (Status.LIVE, None)
-
-
-class _Event(NodeHandler[EventNodeSpec]):
-    row_kind = NodeKind.EVENT
-
-    def start(self, d: _Decision, node: EventNodeSpec) -> Outcome:
-        signal = d._take_signal(node.event)
-        if signal is not None:
-            row = d._create(
-                node.id,
-                0,
-                1,
-                self.row_kind,
-                TaskState.COMPLETED,
-                event_name=node.event,
-                output=signal.payload,
-            )
-            d._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
-            d._event(
-                "event_received",
-                row,
-                data={"event": node.event, "signal_id": str(signal.signal_id)},
-            )
-            return (Status.DONE, signal.payload)
-        row = d._create(node.id, 0, 1, self.row_kind, TaskState.WAITING, event_name=node.event)
-        if node.timeout is not None:
-            d._timer(row, TimerKind.EVENT_TIMEOUT, d.now + timedelta(seconds=node.timeout))
-        d._event("event_wait_started", row, data={"event": node.event})
-        return (Status.LIVE, None)
-
-    def progress(self, d: _Decision, node: EventNodeSpec, row: _Row) -> Outcome:
-        if row.state is TaskState.WAITING:
-            signal = d._take_signal(node.event)
-            if signal is None:
-                return (Status.LIVE, None)
-            d._emit(ConsumeSignal(signal_id=signal.signal_id, task_id=row.task_id))
-            d._resolve(row, TaskState.COMPLETED, signal.payload)
-            d._event(
-                "event_received",
-                row,
-                data={"event": node.event, "signal_id": str(signal.signal_id)},
-            )
-            return (Status.DONE, signal.payload)
-        if row.state is TaskState.TIMED_OUT and node.has_default:
-            return (Status.DONE, node.default)
-        return super().progress(d, node, row)
-
-    def failed_for_good(self, d: _Decision, node: EventNodeSpec, row: _Row) -> bool:
-        if row.state is TaskState.TIMED_OUT:
-            return not node.has_default
-        return super().failed_for_good(d, node, row)
-
-
-class _Switch(NodeHandler[SwitchNodeSpec]):
-    row_kind = NodeKind.SWITCH
-
-    def start(self, d: _Decision, node: SwitchNodeSpec) -> Outcome:
-        value = d._output(node.inputs[0])
-        if node.field is not None:
-            value = value.get(node.field) if isinstance(value, dict) else None
-        label: str | None = next(
-            (c.label for c in node.cases if _json_equal(value, c.value)),
-            DEFAULT_CASE if node.has_default else None,
-        )
-        row = d._create(node.id, 0, 1, self.row_kind, TaskState.COMPLETED, output=label)
-        d._event("switch_decided", row, data={"value": value, "case": label})
-        return (Status.DONE, label)
-
-
-class _Child(NodeHandler[ChildNodeSpec]):
-    row_kind = NodeKind.CHILD
-
-    def start(self, d: _Decision, node: ChildNodeSpec) -> Outcome:
-        child_input = d._output(node.inputs[0])
-        row = d._create(node.id, 0, 1, self.row_kind, TaskState.WAITING, input=child_input)
-        d._emit(StartChildRun(task_id=row.task_id, workflow_name=node.workflow, input=child_input))
-        d._event("child_started", row, data={"workflow": node.workflow, "run_id": str(row.task_id)})
-        return (Status.LIVE, None)
-
-    def cancelled(self, d: _Decision, row: _Row) -> None:
-        d._emit(CancelChildRun(run_id=row.task_id))
-
-
-class _FirstOf(NodeHandler[FirstOfNodeSpec]):
-    row_kind = NodeKind.JOIN
-
-    def evaluate(self, d: _Decision, node: FirstOfNodeSpec, row: _Row | None) -> Outcome:
-        if row is not None:
-            return (
-                (Status.DONE, row.output)
-                if row.state is TaskState.COMPLETED
-                else (Status.FAILED, None)
-            )
-        if node.guard is not None:
-            gate = d._gate(node.model_copy(update={"inputs": ()}))
-            if gate is Status.SKIPPED:
-                return d._skip(node)
-            if gate is Status.PENDING:
-                return (Status.PENDING, None)
-        for dep in node.after:
-            if d.status[dep][0] is not Status.DONE:
-                return (
-                    d._skip(node) if d.status[dep][0] is Status.SKIPPED else (Status.PENDING, None)
-                )
-        states = [d.status[i] for i in node.inputs]
-        for i, (state, output) in zip(node.inputs, states, strict=True):
-            if state is Status.DONE:
-                new = d._create(node.id, 0, 1, self.row_kind, TaskState.COMPLETED, output=output)
-                d._event("first_of_chosen", new, data={"input": i})
-                return (Status.DONE, output)
-        if all(s is Status.SKIPPED for s, _ in states):
-            return d._skip(node)
-        return (Status.PENDING, None)
-
-
-class _Map(NodeHandler[MapNodeSpec]):
-    row_kind = NodeKind.MAP
-
-    def task_name(self, node: MapNodeSpec) -> str | None:
-        return node.task
-
-    def evaluate(self, d: _Decision, node: MapNodeSpec, row: _Row | None) -> Outcome:
-        rows = {it: r for (nid, it), r in d.rows.items() if nid == node.id}
-        if not rows:
-            gate = d._gate(node)
-            if gate is Status.SKIPPED:
-                return d._skip(node)
-            if gate is Status.PENDING:
-                return (Status.PENDING, None)
-        items = d._output(node.inputs[0])
-        if not isinstance(items, list):
-            error = TaskError(
-                type="MapInputError",
-                message=f"map node {node.id!r} needs a list input, got {type(items).__name__}",
-                retryable=False,
-            )
-            bad = d._create(node.id, 0, 1, self.row_kind, TaskState.FAILED, error=error)
-            d._event("task_failed", bad, data={"error": error.model_dump(mode="json")})
-            return (Status.FAILED, None)
-        limit = node.max_concurrency or len(items)
-        live = 0
-        outputs: list[JsonValue] = []
-        failed = False
-        to_start: list[int] = []
-        for i, item in enumerate(items):
-            element = rows.get(i)
-            if element is None:
-                to_start.append(i)
-            elif element.state is TaskState.COMPLETED:
-                outputs.append(element.output)
-            elif element.state.active:
-                live += 1
-            elif d._can_retry(element, node.task):
-                d._retry(element, node.task, [item])
-                live += 1
-            else:
-                failed = True
-        if failed:
-            return (Status.FAILED, None)
-        for i in to_start:
-            if live >= limit:
-                break
-            d._start_attempt(node.id, i, 1, self.row_kind, node.task, [items[i]], d.now)
-            live += 1
-        if len(outputs) == len(items):
-            return (Status.DONE, outputs)
-        return (Status.LIVE, None)
-
-
-HANDLERS: Mapping[str, NodeHandler[Any]] = {
-    "task": _Task(),
-    "sleep": _Sleep(),
-    "event": _Event(),
-    "switch": _Switch(),
-    "first_of": _FirstOf(),
-    "map": _Map(),
-    "child": _Child(),
-}
-"""Each spec node ``kind`` to its handler: the decider's dispatch table."""
