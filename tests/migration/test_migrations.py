@@ -233,6 +233,24 @@ async def test_catalog_partial_indexes_and_storage(engine: AsyncEngine) -> None:
     assert comment[0][0].startswith("worker loop")
 
 
+async def test_every_secondary_index_names_the_query_it_serves(engine: AsyncEngine) -> None:
+    """An operator reading ``\\di+`` learns which loop or command uses each index: every
+    index except the primary keys carries a comment."""
+    async with engine.connect() as conn:
+        comments = dict(
+            await _rows(
+                conn,
+                "SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'legato' AND NOT i.indisprimary AND NOT c.relispartition",
+            )
+        )
+    assert len(comments) >= 18
+    assert {name for name, comment in comments.items() if not comment} == set()
+    assert comments["ix_schedules_due"].startswith("scheduler loop")
+
+
 async def test_downgrade_to_base_removes_everything(empty_database_url: str) -> None:
     engine = create_engine(empty_database_url, "legato")
     try:
