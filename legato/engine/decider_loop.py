@@ -263,11 +263,10 @@ async def decide_runs(
     locked = await runs.lock_many(conn, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
-    all_tasks = await tasks.load_many(conn, ids) if ids else {}
-    all_signals = await signals.pending_many(conn, ids) if ids else {}
+    loaded = await tasks.snapshots(conn, ids) if ids else {}
     batch = Batch(
         now=now,
-        queue_of={row.task_id: row.queue for rows in all_tasks.values() for row in rows},
+        queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
     )
     for run, last_seq in running:
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)
@@ -277,8 +276,8 @@ async def decide_runs(
             input=run.input,
             cancel_requested=run.cancel_requested,
             timed_out=run.timed_out,
-            tasks=tuple(map(_record, all_tasks[run.id])),
-            signals=tuple(map(_buffered, all_signals[run.id])),
+            tasks=tuple(map(_record, loaded[run.id][0])),
+            signals=tuple(map(_buffered, loaded[run.id][1])),
         )
         actions = decide(spec, snapshot, now)
         batch.add(run, last_seq, actions)

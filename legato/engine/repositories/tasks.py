@@ -12,15 +12,28 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import Insert, Select, func, or_, select, update
+from sqlalchemy import (
+    Insert,
+    Integer,
+    Select,
+    false,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
 
 from legato.engine.repositories.params import Unnest, in_array, text_array, uuid_array
-from legato.schema import NodeKind, Tasks, TaskState
+from legato.engine.repositories.signals import PendingSignal
+from legato.schema import NodeKind, Signals, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.values import TaskError
 
@@ -101,6 +114,57 @@ def _load_statement() -> Select[
         select(Tasks.run_id, *TASK_ROW_COLUMNS)
         .where(in_array(Tasks.run_id, uuid_array("run_ids")))
         .order_by(Tasks.run_id, Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
+    )
+
+
+async def snapshots(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]]:
+    """Each run's attempts, in creation order, and its unconsumed signals, oldest first:
+    the decider's snapshot of a batch of locked runs in ONE read (decider loop).
+
+    ``load_many``'s rows ``UNION ALL`` ``signals.pending_many``'s, told apart by a
+    leading 0 / 1; a signal rides in the task columns (id, name as ``task_name``,
+    payload as ``output``, created_at as ``started_at``), so its order is its id's.
+    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` and the partial index
+    ``ix_signals_pending`` in the runs' partitions; built once.
+    """
+    result = await conn.execute(_snapshot_statement(), {"run_ids": list(run_ids)})
+    grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
+        run_id: ([], []) for run_id in run_ids
+    }
+    for row in result:
+        rows, buffered = grouped[row[0]]
+        if row[1] == 0:
+            rows.append(TaskRow(*row[2:]))
+        else:
+            buffered.append(PendingSignal(row[2], row[8], row[10], row[14]))
+    return grouped
+
+
+@cache
+def _snapshot_statement() -> Any:
+    run_ids = uuid_array("run_ids")
+    attempts = select(Tasks.run_id, literal_column("0", Integer()), *TASK_ROW_COLUMNS).where(
+        in_array(Tasks.run_id, run_ids)
+    )
+    pending = select(
+        Signals.run_id,
+        literal_column("1", Integer()),
+        Signals.id,
+        *(null() for _ in range(5)),  # node_id, iteration, attempt, kind, state
+        Signals.name,
+        null(),  # queue
+        Signals.payload,
+        null(),  # error
+        false(),  # observed
+        null(),  # created_at: NULL sorts last, so a signal's order is its id's
+        Signals.created_at,
+        null(),  # finished_at
+    ).where(in_array(Signals.run_id, run_ids), Signals.consumed_at.is_(None))
+    # Positions in the union: run_id, which, then TASK_ROW_COLUMNS.
+    return union_all(attempts, pending).order_by(
+        *(literal_column(str(n)) for n in (1, 2, 14, 4, 5, 6, 3))
     )
 
 
