@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from legato.engine.repositories.params import Unnest, in_array, text_array, uuid_array
 from legato.engine.repositories.signals import PendingSignal
@@ -81,7 +81,8 @@ TASK_ROW_COLUMNS = (
 async def load_many(
     conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[TaskRow]]:
-    """Every attempt of each run, in creation order (decider snapshot, Client.get_run).
+    """Every attempt of each run, in creation order (Client.get_run; the decider reads
+    them with its signals, :func:`snapshots`).
 
     Served by ``ix_tasks_run_id_node_id_iteration_attempt`` in the runs' partitions.
     """
@@ -191,24 +192,22 @@ class NewTask(NamedTuple):
     observed: bool
 
 
-_NEW_TASKS = Unnest("given", NewTask, Tasks)
+_NEW_TASKS = Unnest("new_tasks", NewTask, Tasks)
 
 
-async def insert_many(conn: AsyncConnection, rows: Sequence[NewTask]) -> None:
-    """Insert the attempts decisions created (decider loop): one INSERT over ``unnest``
-    of array parameters for a whole batch of runs (one statement for the server, built
-    once).
+@cache
+def inserted() -> Insert:
+    """Insert the attempts a batch of decisions created (``decisions.write``, bound by
+    :func:`inserted_params`): one INSERT over ``unnest`` of array parameters; built once.
 
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
     """
-    if rows:
-        await conn.execute(_insert_statement(), _NEW_TASKS.bind(rows))
-
-
-@cache
-def _insert_statement() -> Insert:
     return _NEW_TASKS.insert()
+
+
+def inserted_params(rows: Sequence[NewTask]) -> dict[str, Any]:
+    return _NEW_TASKS.bind(rows)
 
 
 class Transition(NamedTuple):
@@ -250,20 +249,24 @@ async def transition_many(
     for move in moves:
         by_source.setdefault(frozenset(move.from_states), []).append(move)
     for sources, group in by_source.items():
-        result = await conn.execute(
-            _transition_statement(),
-            {
-                **_MOVES.bind(group),
-                "fence_run_ids": sorted({m.run_id for m in group}),
-                "sources": sorted(sources),
-            },
-        )
+        result = await conn.execute(moved(), moved_params(group, sources))
         applied.update(result.all())
     return applied
 
 
+def moved_params(moves: Sequence[Transition], sources: Collection[TaskState]) -> dict[str, Any]:
+    """The parameters of :func:`moved` for ``moves`` that all leave one of ``sources``."""
+    return {
+        **_MOVES.bind(moves),
+        "fence_run_ids": sorted({m.run_id for m in moves}),
+        "sources": sorted(sources),
+    }
+
+
 @cache
-def _transition_statement() -> ReturningUpdate[uuid.UUID, str]:
+def moved() -> ReturningUpdate[uuid.UUID, str]:
+    """:func:`transition_many`'s fenced UPDATE, returning each applied move's task id and
+    queue (also a CTE of ``decisions.write``)."""
     attempt = _MOVES.value("attempt")
     return _MOVES.update(
         in_array(Tasks.run_id, uuid_array("fence_run_ids")),
@@ -277,21 +280,27 @@ def _transition_statement() -> ReturningUpdate[uuid.UUID, str]:
     ).returning(Tasks.id, Tasks.queue)
 
 
-async def mark_observed(
-    conn: AsyncConnection, observed: Sequence[tuple[uuid.UUID, uuid.UUID]]
-) -> None:
-    """Record that the decider has written these terminal rows' history (decider loop).
-    One UPDATE for the batch; primary keys."""
-    if observed:
-        await conn.execute(
-            update(Tasks.table)
-            .where(
-                in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in observed})),
-                # Task ids are unique across runs; the run ids prune partitions.
-                in_array(Tasks.id, uuid_array("task_ids", [t for _, t in observed])),
-            )
-            .values(observed=True)
+@cache
+def marked_observed() -> Update:
+    """Record that the decider has written these terminal rows' history
+    (``decisions.write``, bound by :func:`marked_observed_params`). One UPDATE for the
+    batch; primary keys of the runs' partitions; built once."""
+    return (
+        update(Tasks.table)
+        .where(
+            in_array(Tasks.run_id, uuid_array("observed_run_ids")),
+            # Task ids are unique across runs; the run ids prune partitions.
+            in_array(Tasks.id, uuid_array("observed_task_ids")),
         )
+        .values(observed=True)
+    )
+
+
+def marked_observed_params(observed: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> dict[str, Any]:
+    return {
+        "observed_run_ids": sorted({r for r, _ in observed}),
+        "observed_task_ids": [t for _, t in observed],
+    }
 
 
 @dataclass(frozen=True)
