@@ -51,11 +51,13 @@ async def write(conn: AsyncConnection, writes: Writes, now: datetime) -> set[uui
     """Apply a batch's writes in one statement (decider loop, under the runs' locks);
     returns the task ids of the fenced moves that applied (a stale one is absent).
 
-    A part with no rows is an ``unnest`` of empty arrays: it writes nothing, and the
-    statement keeps its shape (one prepared statement). The exception is the
-    ``task_queue`` insert, left out when nothing is enqueued, because its statement
-    trigger NOTIFYs the workers even for no rows: two shapes. Each part is served by
-    its own table's primary key (see each part's docstring).
+    A part with no rows is an ``unnest`` of empty arrays: it writes nothing (the
+    planner folds it away), and the statement keeps its shape. Two parts are left out
+    when they have no rows, so there are four shapes: the ``task_queue`` insert,
+    because its statement trigger NOTIFYs the workers even for no rows, and the
+    ``outbox`` insert, whose join of ``runs`` and ``webhook_endpoints`` is planned
+    even for no rows (most decisions neither start nor finish a run). Each part is
+    served by its own table's primary key (see each part's docstring).
     """
     if any(frozenset(m.from_states) != ACTIVE_TASK_STATES for m in writes.moves):
         raise ValueError("a decision's moves are fenced on the active states")
@@ -66,17 +68,19 @@ async def write(conn: AsyncConnection, writes: Writes, now: datetime) -> set[uui
         **tasks.moved_params(writes.moves, ACTIVE_TASK_STATES),
         **tasks.marked_observed_params(writes.observed),
         **run_events.appended_params(writes.events),
-        **outbox.published_params(writes.lifecycle),
         **runs.finished_params(writes.finishes),
     }
     if writes.enqueues:
         params.update(task_queue.enqueued_params(writes.enqueues))
-    result = await conn.execute(_statement(bool(writes.enqueues)), params)
+    if writes.lifecycle:
+        params.update(outbox.published_params(writes.lifecycle))
+    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle))
+    result = await conn.execute(statement, params)
     return set(result.scalars())
 
 
 @cache
-def _statement(enqueues: bool) -> Select[uuid.UUID]:
+def _statement(enqueues: bool, publishes: bool) -> Select[uuid.UUID]:
     moved = tasks.moved().cte("moved")
     parts = [
         tasks.inserted().cte("inserted_tasks"),
@@ -84,9 +88,10 @@ def _statement(enqueues: bool) -> Select[uuid.UUID]:
         signals.consumed().cte("consumed_signals"),
         tasks.marked_observed().cte("observed_tasks"),
         run_events.appended().cte("appended_events"),
-        outbox.published(),
         runs.finished().cte("finished_runs"),
     ]
     if enqueues:
         parts.append(task_queue.enqueued().cte("enqueued_attempts"))
+    if publishes:
+        parts.append(outbox.published())
     return select(moved.c.id).add_cte(*parts)
