@@ -43,6 +43,7 @@ from legato.engine.loops import Loop, Wakeups, one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
     decide_queue,
+    decisions,
     definitions,
     notify,
     outbox,
@@ -204,51 +205,69 @@ class Batch:
                     self.finishes.append((run, action))
 
     async def write(self, conn: AsyncConnection) -> None:
-        """Apply every gathered write: one statement per table for the whole batch."""
+        """Apply every gathered write: the batch's rows in one statement
+        (``decisions.write``), with the rare writes that need statements of their own
+        (cancelled queue rows, child runs) around it."""
         # Rows this decision creates or resolves carry their observed flag in that same
         # write; only rows finished by others (workers, timers) need the extra UPDATE.
         observed = {task_id for _, task_id in self.observed}
+        resolved = {move.task_id: move for move in self.resolves}
+        # The one statement's parts do not see each other's writes, so an attempt this
+        # batch creates and resolves (started, then cancelled by a failure further on)
+        # is inserted in its final state, and its queue row is never written.
+        folded = [
+            row._replace(
+                state=move.state,
+                output=move.output,
+                error=move.error,
+                finished_at=self.now,
+            )
+            if (move := resolved.get(row.id))
+            else row
+            for row in self.creates
+        ]
         created = {row.id for row in self.creates}
-        resolved = {move.task_id for move in self.resolves}
-        await tasks.insert_many(
+        moves = [move for move in self.resolves if move.task_id not in created]
+        # Queue rows before task rows: the order a worker's claim takes them in, so
+        # they go in a statement of their own, before the moves (cancellations only).
+        await task_queue.remove(
             conn,
-            [row._replace(observed=True) if row.id in observed else row for row in self.creates],
+            [(queue, move.task_id) for move in moves if (queue := self.queue_of.get(move.task_id))],
         )
-        await task_queue.enqueue(conn, self.enqueues)
-        await timers.arm(conn, self.timers, self.now)
-        await signals.consume(conn, self.consumed)
-        if self.resolves:
-            # Queue rows before task rows: the order a worker's claim takes them in.
-            await task_queue.remove(
-                conn,
-                [
-                    (queue, move.task_id)
-                    for move in self.resolves
-                    if (queue := self.queue_of.get(move.task_id))
+        applied = await decisions.write(
+            conn,
+            decisions.Writes(
+                creates=[
+                    row._replace(observed=True) if row.id in observed else row for row in folded
                 ],
-            )
-            applied = await tasks.transition_many(
-                conn,
-                [
+                enqueues=[row for row in self.enqueues if row.task_id not in resolved],
+                timers=self.timers,
+                consumed=self.consumed,
+                moves=[
                     move._replace(observed=True) if move.task_id in observed else move
-                    for move in self.resolves
+                    for move in moves
                 ],
-            )
-            stale = [m.task_id for m in self.resolves if m.task_id not in applied]
-            if stale:
-                raise DecisionAborted(f"tasks {stale} were no longer active")
-        recorded = created | resolved
-        await tasks.mark_observed(conn, [pair for pair in self.observed if pair[1] not in recorded])
+                observed=[
+                    pair
+                    for pair in self.observed
+                    if pair[1] not in created and pair[1] not in resolved
+                ],
+                events=self.events,
+                lifecycle=self.lifecycle,
+                finishes=[
+                    runs.Finish(run.id, f.status, f.output, f.error) for run, f in self.finishes
+                ],
+            ),
+            self.now,
+        )
+        stale = [m.task_id for m in moves if m.task_id not in applied]
+        if stale:
+            raise DecisionAborted(f"tasks {stale} were no longer active")
         for parent_id, child in self.children:
             await start_child(conn, parent_id, child)
         for child_id in self.cancel_children:
             if await runs.request_cancel(conn, child_id):
                 await decide_queue.enqueue(conn, [child_id], "parent cancelled")
-        await run_events.append(conn, self.events, self.lifecycle)
-        await runs.finish_many(
-            conn,
-            [runs.Finish(run.id, f.status, f.output, f.error) for run, f in self.finishes],
-        )
         await complete_parents(conn, self.finishes)
 
 
@@ -263,11 +282,10 @@ async def decide_runs(
     locked = await runs.lock_many(conn, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
-    all_tasks = await tasks.load_many(conn, ids) if ids else {}
-    all_signals = await signals.pending_many(conn, ids) if ids else {}
+    loaded = await tasks.snapshots(conn, ids) if ids else {}
     batch = Batch(
         now=now,
-        queue_of={row.task_id: row.queue for rows in all_tasks.values() for row in rows},
+        queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
     )
     for run, last_seq in running:
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)
@@ -277,8 +295,8 @@ async def decide_runs(
             input=run.input,
             cancel_requested=run.cancel_requested,
             timed_out=run.timed_out,
-            tasks=tuple(map(_record, all_tasks[run.id])),
-            signals=tuple(map(_buffered, all_signals[run.id])),
+            tasks=tuple(map(_record, loaded[run.id][0])),
+            signals=tuple(map(_buffered, loaded[run.id][1])),
         )
         actions = decide(spec, snapshot, now)
         batch.add(run, last_seq, actions)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from pydantic import JsonValue
@@ -109,17 +110,16 @@ class Sim:
             elif isinstance(action, ResolveTask):
                 row = tasks[action.task_id]
                 if row.state.active and row.attempt == action.attempt:
-                    tasks[action.task_id] = row.model_copy(
-                        update={
-                            "state": action.state,
-                            "output": action.output,
-                            "error": action.error,
-                            "finished_at": self.now,
-                        }
+                    tasks[action.task_id] = replace(
+                        row,
+                        state=action.state,
+                        output=action.output,
+                        error=action.error,
+                        finished_at=self.now,
                     )
             elif isinstance(action, MarkObserved):
                 for tid in action.task_ids:
-                    tasks[tid] = tasks[tid].model_copy(update={"observed": True})
+                    tasks[tid] = replace(tasks[tid], observed=True)
             elif isinstance(action, ConsumeSignal):
                 before = len(signals)
                 signals = [s for s in signals if s.signal_id != action.signal_id]
@@ -136,8 +136,8 @@ class Sim:
                 self.children.append(action)
             elif isinstance(action, CancelChildRun):
                 self.cancelled_children.append(action.run_id)
-        self.snap = self.snap.model_copy(
-            update={"tasks": tuple(tasks.values()), "signals": tuple(signals), "status": status}
+        self.snap = replace(
+            self.snap, tasks=tuple(tasks.values()), signals=tuple(signals), status=status
         )
         if status.finished:
             assert not self.live(), "the run finished with live work"
@@ -155,15 +155,27 @@ class Sim:
     def rows(self, node_id: str) -> list[TaskRecord]:
         return [t for t in self.snap.tasks if t.node_id == node_id]
 
-    def _set(self, task_id: uuid.UUID, **update: object) -> None:
-        finished = update.get("state", TaskState.RUNNING) is not TaskState.RUNNING
+    def _set(
+        self,
+        task_id: uuid.UUID,
+        state: TaskState,
+        output: JsonValue = None,
+        error: TaskError | None = None,
+    ) -> None:
+        finished = state is not TaskState.RUNNING
         tasks = []
         for t in self.snap.tasks:
             if t.task_id == task_id:
                 assert t.state.active, f"{t.node_id} is not active"
-                t = t.model_copy(update={**update, "finished_at": self.now if finished else None})
+                t = replace(
+                    t,
+                    state=state,
+                    output=output,
+                    error=error,
+                    finished_at=self.now if finished else None,
+                )
             tasks.append(t)
-        self.snap = self.snap.model_copy(update={"tasks": tuple(tasks)})
+        self.snap = replace(self.snap, tasks=tuple(tasks))
 
     def complete(self, node_id: str, output: JsonValue = None, iteration: int = 0) -> None:
         self._set(self.row(node_id, iteration).task_id, state=TaskState.COMPLETED, output=output)
@@ -181,15 +193,15 @@ class Sim:
         self._signal_seq += 1
         sid = uuid.UUID(int=self._signal_seq)
         sig = BufferedSignal(signal_id=sid, name=name, payload=payload, created_at=self.now)
-        self.snap = self.snap.model_copy(update={"signals": (*self.snap.signals, sig)})
+        self.snap = replace(self.snap, signals=(*self.snap.signals, sig))
         return sid
 
     def cancel(self) -> None:
-        self.snap = self.snap.model_copy(update={"cancel_requested": True})
+        self.snap = replace(self.snap, cancel_requested=True)
 
     def run_timed_out(self) -> None:
         """The RUN_TIMEOUT timer fired (what the timer loop records on the run)."""
-        self.snap = self.snap.model_copy(update={"timed_out": True})
+        self.snap = replace(self.snap, timed_out=True)
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)

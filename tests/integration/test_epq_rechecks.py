@@ -26,17 +26,20 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import pytest_asyncio
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.engine.repositories import (
     concurrency,
     decide_queue,
+    decisions,
     outbox,
     rate_limits,
+    run_events,
     runs,
     schedules,
     task_queue,
+    tasks,
     timers,
 )
 from legato.schema import (
@@ -47,6 +50,7 @@ from legato.schema import (
     Runs,
     RunStatus,
     Schedules,
+    TaskQueue,
     Tasks,
     TaskState,
     Timers,
@@ -442,3 +446,90 @@ async def test_schedule_row_lock(engine: AsyncEngine) -> None:
     )
     assert locked is not None
     assert locked.paused
+
+
+async def _attempt(engine: AsyncEngine) -> tuple[uuid.UUID, uuid.UUID]:
+    """A run with one QUEUED attempt of ``work`` and its queue row."""
+    (run_id,) = await _runs(engine, 1)
+    task_id = uuid7()
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(Tasks.table).values(
+                run_id=run_id,
+                id=task_id,
+                node_id="n",
+                kind=NodeKind.TASK,
+                state=TaskState.QUEUED,
+                task_name="work",
+                queue="default",
+            )
+        )
+        await task_queue.enqueue(
+            conn,
+            [task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 0, datetime.now(UTC))],
+        )
+    return run_id, task_id
+
+
+async def test_decision_removes_a_cancelled_queue_row(engine: AsyncEngine) -> None:
+    _, task_id = await _attempt(engine)
+    await _with_recheck(
+        engine,
+        f"UPDATE legato.task_queue SET priority = 5 WHERE task_id = '{task_id}'",
+        lambda conn: task_queue.remove(conn, [("default", task_id)]),
+        paused=None,
+    )
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(TaskQueue.task_id))).all() == []
+
+
+async def test_decision_writes(engine: AsyncEngine) -> None:
+    run_id, task_id = await _attempt(engine)
+    now = datetime.now(UTC)
+    new_id = uuid7()
+    writes = decisions.Writes(
+        creates=[
+            tasks.NewTask(
+                run_id,
+                new_id,
+                "m",
+                0,
+                1,
+                NodeKind.TASK,
+                TaskState.QUEUED,
+                "work",
+                "default",
+                None,
+                None,
+                None,
+                None,
+                now,
+                now,
+                None,
+                False,
+            )
+        ],
+        enqueues=[task_queue.NewQueueRow("default", new_id, run_id, 1, "work", 0, now)],
+        timers=[],
+        consumed=[],
+        moves=[tasks.Transition(run_id, task_id, 1, TaskState.CANCELLED, observed=True)],
+        observed=[],
+        events=[run_events.NewEvent(run_id, 1, "task_cancelled", "n", 0, 1, None)],
+        lifecycle=[],
+        finishes=[],
+    )
+    applied = await _with_recheck(
+        engine,
+        f"UPDATE legato.tasks SET started_at = now() WHERE id = '{task_id}'",
+        lambda conn: decisions.write(conn, writes, now),
+        paused=None,
+    )
+    assert applied == {task_id}
+    async with engine.connect() as conn:
+        rows = {
+            row[0]: row[1:]
+            for row in await conn.execute(select(Tasks.id, Tasks.state, Tasks.started_at))
+        }
+    # The move applied to the committed version of the row: the recheck happened.
+    assert rows[task_id][0] is TaskState.CANCELLED and rows[task_id][1] is not None
+    assert rows[new_id][0] is TaskState.QUEUED and rows[new_id][1] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TypeVar, get_args
 
@@ -367,7 +368,7 @@ def test_unknown_node_in_snapshot_is_an_error() -> None:
         state=TaskState.QUEUED,
         created_at=T0,
     )
-    snap = sim.snap.model_copy(update={"tasks": (bogus,)})
+    snap = replace(sim.snap, tasks=(bogus,))
     with pytest.raises(UnknownNodeError, match="'nope'"):
         decide(signup.spec, snap, T0)
 

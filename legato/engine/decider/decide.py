@@ -201,20 +201,31 @@ class Decision:
         attempt: int,
         kind: NodeKind,
         state: TaskState,
-        **fields: JsonValue | TaskError | datetime | None,
+        *,
+        task_name: str | None = None,
+        queue: str | None = None,
+        input: JsonValue = None,
+        output: JsonValue = None,
+        error: TaskError | None = None,
+        event_name: str | None = None,
+        available_at: datetime | None = None,
     ) -> Row:
         id_for = child_run_id_for if kind is NodeKind.CHILD else task_id_for
         task_id = id_for(self.snap.run_id, node_id, iteration, attempt)
-        action = CreateTask.model_validate(
-            {
-                "task_id": task_id,
-                "node_id": node_id,
-                "iteration": iteration,
-                "attempt": attempt,
-                "kind": kind,
-                "state": state,
-                **fields,
-            }
+        action = CreateTask(
+            task_id=task_id,
+            node_id=node_id,
+            iteration=iteration,
+            attempt=attempt,
+            kind=kind,
+            state=state,
+            task_name=task_name,
+            queue=queue,
+            input=input,
+            output=output,
+            error=error,
+            event_name=event_name,
+            available_at=available_at,
         )
         self._emit(action)
         row = Row(task_id, node_id, iteration, attempt, kind, state, action.output, action.error)

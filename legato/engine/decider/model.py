@@ -28,10 +28,11 @@ snapshot always gives the same actions.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import JsonValue
 
 from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.values import TaskError as TaskError
@@ -40,11 +41,15 @@ from legato.schema.values import TaskError as TaskError
 FINAL_EVENT_TYPES = frozenset({"run_succeeded", "run_failed", "run_cancelled", "run_timed_out"})
 
 
-class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# Plain frozen values, not pydantic models: the decider builds them from typed values
+# and they never cross a trust boundary, so validating every construction (as a
+# pydantic model would, on the hot path of every decision) buys nothing. Keyword-only,
+# as the models they replace were. ``TaskError`` stays pydantic: it is stored in JSONB.
+_value = dataclass(frozen=True, slots=True, kw_only=True)
 
 
-class TaskRecord(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRecord:
     """One row of ``tasks``: one attempt of one iteration of one node."""
 
     task_id: uuid.UUID
@@ -60,7 +65,8 @@ class TaskRecord(_Value):
     finished_at: datetime | None = None
 
 
-class BufferedSignal(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferedSignal:
     """An unconsumed ``signals`` row, oldest first in the snapshot."""
 
     signal_id: uuid.UUID
@@ -69,7 +75,8 @@ class BufferedSignal(_Value):
     created_at: datetime
 
 
-class RunSnapshot(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSnapshot:
     """What the decider sees of one run, loaded under the run's row lock."""
 
     run_id: uuid.UUID
@@ -81,7 +88,8 @@ class RunSnapshot(_Value):
     signals: tuple[BufferedSignal, ...] = ()
 
 
-class CreateTask(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTask:
     """Insert a ``tasks`` row (a new attempt, a wait, a child node, a switch's record...)."""
 
     action: Literal["create_task"] = "create_task"
@@ -100,7 +108,8 @@ class CreateTask(_Value):
     available_at: datetime | None = None
 
 
-class EnqueueTask(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueTask:
     """Insert the ``task_queue`` row that lets a worker of ``queue`` claim the attempt."""
 
     action: Literal["enqueue_task"] = "enqueue_task"
@@ -112,7 +121,8 @@ class EnqueueTask(_Value):
     available_at: datetime
 
 
-class ArmTimer(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmTimer:
     """Insert a ``timers`` row; when due, the timer loop applies ``kind``'s transition."""
 
     action: Literal["arm_timer"] = "arm_timer"
@@ -123,7 +133,8 @@ class ArmTimer(_Value):
     fire_at: datetime
 
 
-class ConsumeSignal(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumeSignal:
     """Mark a buffered signal consumed by the wait ``task_id``."""
 
     action: Literal["consume_signal"] = "consume_signal"
@@ -131,7 +142,8 @@ class ConsumeSignal(_Value):
     task_id: uuid.UUID
 
 
-class ResolveTask(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolveTask:
     """Move an active task row to a terminal state (fenced on ``attempt`` and active state).
 
     Used for an event wait completed by a signal and for cancellation; the
@@ -146,14 +158,16 @@ class ResolveTask(_Value):
     error: TaskError | None = None
 
 
-class MarkObserved(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkObserved:
     """Record that the decider has seen these terminal rows (their history is written)."""
 
     action: Literal["mark_observed"] = "mark_observed"
     task_ids: tuple[uuid.UUID, ...]
 
 
-class StartChildRun(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartChildRun:
     """Start a child run whose id is the parent's CHILD task id; its result completes that task."""
 
     action: Literal["start_child_run"] = "start_child_run"
@@ -162,14 +176,16 @@ class StartChildRun(_Value):
     input: JsonValue = None
 
 
-class CancelChildRun(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelChildRun:
     """Ask the child run ``run_id`` (a CHILD task's id) to cancel."""
 
     action: Literal["cancel_child_run"] = "cancel_child_run"
     run_id: uuid.UUID
 
 
-class FinishRun(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishRun:
     """Finish the run. Emitted at most once, and only when no work is live."""
 
     action: Literal["finish_run"] = "finish_run"
@@ -178,7 +194,8 @@ class FinishRun(_Value):
     error: TaskError | None = None
 
 
-class AppendEvent(_Value):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendEvent:
     """Append one history event (``run_events``), in the order actions are returned."""
 
     action: Literal["append_event"] = "append_event"
@@ -189,7 +206,7 @@ class AppendEvent(_Value):
     data: JsonValue = None
 
 
-Action = Annotated[
+Action = (
     CreateTask
     | EnqueueTask
     | ArmTimer
@@ -199,9 +216,8 @@ Action = Annotated[
     | StartChildRun
     | CancelChildRun
     | FinishRun
-    | AppendEvent,
-    Field(discriminator="action"),
-]
+    | AppendEvent
+)
 
 _TASK_NAMESPACE = uuid.UUID("6c1f1f0e-7a51-4c55-9a57-1e6a7c0d2f10")
 

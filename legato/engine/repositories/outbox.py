@@ -97,8 +97,8 @@ class Failure:
 
 async def publish(conn: AsyncConnection, events: Sequence[Event]) -> None:
     """Write each event once per endpoint subscribed to its type and its run's workflow
-    (decider loop: ``DeciderLoop._failed`` for a quarantine; ``Batch.write`` folds its
-    starts and finishes into the history's INSERT with :func:`published`), in the
+    (decider loop: ``DeciderLoop._failed`` for a quarantine; ``decisions.write`` folds a
+    batch's starts and finishes into its one statement with :func:`published`), in the
     caller's transaction — the transition and its event commit or roll back together.
     One ``INSERT ... SELECT`` over ``unnest``: the endpoints are a handful of rows read
     whole, the run's workflow comes from the ``runs`` primary key (one partition per
@@ -108,8 +108,8 @@ async def publish(conn: AsyncConnection, events: Sequence[Event]) -> None:
 
 
 def published() -> CTE:
-    """:func:`publish` as a data-modifying CTE, bound by :func:`published_params` (added
-    to ``run_events.append``, so a decision batch's lifecycle events cost no statement
+    """:func:`publish` as a data-modifying CTE, bound by :func:`published_params` (a part
+    of ``decisions.write``, so a decision batch's lifecycle events cost no statement
     of their own: most deployments have no endpoint, and then it inserts nothing)."""
     return _publish_statement().cte("published")
 

@@ -176,8 +176,10 @@ class Unnest(Generic[R]):
         return update(self.table.table).where(*where).values(values)
 
     def bind(self, rows: Sequence[R]) -> dict[str, Any]:
-        """The array parameters of a non-empty batch of rows (callers skip the statement
-        for an empty one)."""
+        """The array parameters of a batch of rows (empty arrays for none: a CTE of a
+        fixed statement that writes nothing)."""
+        if not rows:
+            return {param: [] for param, _, _ in self._binds}
         tuples = rows if self._as_tuple is None else map(self._as_tuple, rows)
         fields = list(zip(*tuples, strict=True))
         return {

@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import outbox
 from legato.engine.repositories.params import Unnest
 from legato.schema import RunEvents
 
@@ -43,37 +42,21 @@ class NewEvent(NamedTuple):
     data: JsonValue
 
 
-_NEW_EVENTS = Unnest("given", NewEvent, RunEvents)
-
-
-async def append(
-    conn: AsyncConnection, events: Sequence[NewEvent], lifecycle: Sequence[outbox.Event] = ()
-) -> None:
-    """Append events (decider loop): one INSERT over ``unnest`` of array parameters for
-    a batch of runs, so the server runs one statement (and the NOTIFY trigger fires
-    once). The caller holds each run's row lock and numbers the events after the run's
-    last seq, so seqs stay gap-free. The batch's ``lifecycle`` webhook events ride
-    along as ``outbox.published`` (every start and finish appends history, so this
-    statement runs anyway). Primary key; built once."""
-    if not events:
-        await outbox.publish(conn, lifecycle)
-    elif lifecycle:
-        await conn.execute(
-            _append_published_statement(),
-            {**_NEW_EVENTS.bind(events), **outbox.published_params(lifecycle)},
-        )
-    else:
-        await conn.execute(_append_statement(), _NEW_EVENTS.bind(events))
+_NEW_EVENTS = Unnest("new_events", NewEvent, RunEvents)
 
 
 @cache
-def _append_statement() -> Insert:
+def appended() -> Insert:
+    """Append events (``decisions.write``, bound by :func:`appended_params`): one INSERT
+    over ``unnest`` of array parameters for a batch of runs (the NOTIFY trigger fires
+    once, and sends nothing for no rows). The caller holds each run's row lock and
+    numbers the events after the run's last seq, so seqs stay gap-free. Primary key;
+    built once."""
     return _NEW_EVENTS.insert()
 
 
-@cache
-def _append_published_statement() -> Insert:
-    return _NEW_EVENTS.insert().add_cte(outbox.published())
+def appended_params(events: Sequence[NewEvent]) -> dict[str, Any]:
+    return _NEW_EVENTS.bind(events)
 
 
 async def history(

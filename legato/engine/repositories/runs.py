@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
@@ -203,21 +203,11 @@ class Finish(NamedTuple):
 _FINISHES = Unnest("finished", Finish, Runs, columns={"run_id": Runs.id})
 
 
-async def finish_many(conn: AsyncConnection, finishes: Sequence[Finish]) -> None:
-    """Move RUNNING runs to their final status (decider loop, under the runs' locks).
-
-    One UPDATE joined to ``unnest`` of array parameters for the batch (built once);
-    primary keys of the runs' partitions.
-    """
-    if finishes:
-        await conn.execute(
-            _finish_statement(),
-            {**_FINISHES.bind(finishes), "fence_ids": sorted(f.run_id for f in finishes)},
-        )
-
-
 @cache
-def _finish_statement() -> Update:
+def finished() -> Update:
+    """Move RUNNING runs to their final status (``decisions.write``, under the runs'
+    locks, bound by :func:`finished_params`). One UPDATE joined to ``unnest`` of array
+    parameters for the batch (built once); primary keys of the runs' partitions."""
     return _FINISHES.update(
         in_array(Runs.id, uuid_array("fence_ids")),
         Runs.id == _FINISHES.value("run_id"),
@@ -226,6 +216,10 @@ def _finish_statement() -> Update:
         finished_at=func.now(),
         updated_at=func.now(),
     )
+
+
+def finished_params(finishes: Sequence[Finish]) -> dict[str, Any]:
+    return {**_FINISHES.bind(finishes), "fence_ids": sorted(f.run_id for f in finishes)}
 
 
 async def request_cancel(conn: AsyncConnection, run_id: uuid.UUID) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import Select, Text, Update, Uuid, bindparam, cast, func, insert, select
@@ -92,9 +92,9 @@ class PendingSignal:
 async def pending_many(
     conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[PendingSignal]]:
-    """Each run's unconsumed signals, oldest first (decider snapshot, Client.emit). Served
-    by the partial index ``ix_signals_pending``; ids are UUIDv7, so id order is time
-    order. Built once (it runs in every decision)."""
+    """Each run's unconsumed signals, oldest first (Client.emit; the decider reads them
+    with its tasks, ``tasks.snapshots``). Served by the partial index
+    ``ix_signals_pending``; ids are UUIDv7, so id order is time order. Built once."""
     result = await conn.execute(_pending_statement(), {"run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, list[PendingSignal]] = {run_id: [] for run_id in run_ids}
     for row in result:
@@ -122,23 +122,22 @@ class Consumption(NamedTuple):
 _CONSUMED = Unnest("consumed", Consumption, Signals)
 
 
-async def consume(conn: AsyncConnection, consumed: Sequence[Consumption]) -> None:
-    """Mark signals consumed by the waits that took them (decider loop). One UPDATE
-    joined to ``unnest`` of array parameters for the batch, built once; primary keys of
-    the runs' partitions."""
-    if consumed:
-        await conn.execute(
-            _consume_statement(),
-            {**_CONSUMED.bind(consumed), "fence_run_ids": sorted({c.run_id for c in consumed})},
-        )
-
-
 @cache
-def _consume_statement() -> Update:
+def consumed() -> Update:
+    """Mark signals consumed by the waits that took them (``decisions.write``, bound by
+    :func:`consumed_params`). One UPDATE joined to ``unnest`` of array parameters for
+    the batch, built once; primary keys of the runs' partitions."""
     return _CONSUMED.update(
-        in_array(Signals.run_id, uuid_array("fence_run_ids")),
+        in_array(Signals.run_id, uuid_array("consumed_run_ids")),
         Signals.run_id == _CONSUMED.value("run_id"),
         Signals.id == _CONSUMED.value("id"),
         keys=("run_id", "id"),
         consumed_at=func.now(),
     )
+
+
+def consumed_params(consumptions: Sequence[Consumption]) -> dict[str, Any]:
+    return {
+        **_CONSUMED.bind(consumptions),
+        "consumed_run_ids": sorted({c.run_id for c in consumptions}),
+    }

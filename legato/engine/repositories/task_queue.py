@@ -49,20 +49,26 @@ class NewQueueRow(NamedTuple):
     available_at: datetime
 
 
-_NEW_ROWS = Unnest("given", NewQueueRow, TaskQueue)
+_NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
 
 
 async def enqueue(conn: AsyncConnection, rows: Sequence[NewQueueRow]) -> None:
-    """Make attempts claimable (decider loop): one INSERT over ``unnest`` of array
-    parameters for a batch of runs; its statement trigger NOTIFYs the workers once.
-    Built once."""
+    """Make attempts claimable: :func:`enqueued` on its own (tests and the claims
+    stress bench seed queues with it; a decision runs it inside ``decisions.write``)."""
     if rows:
-        await conn.execute(_enqueue_statement(), _NEW_ROWS.bind(rows))
+        await conn.execute(enqueued(), enqueued_params(rows))
 
 
 @cache
-def _enqueue_statement() -> Insert:
+def enqueued() -> Insert:
+    """One INSERT over ``unnest`` of array parameters for a batch of runs; its statement
+    trigger NOTIFYs the workers once (even for no rows, so a decision that enqueues
+    nothing leaves it out). Built once."""
     return _NEW_ROWS.insert()
+
+
+def enqueued_params(rows: Sequence[NewQueueRow]) -> dict[str, Any]:
+    return _NEW_ROWS.bind(rows)
 
 
 def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:

@@ -12,15 +12,28 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import Insert, Select, func, or_, select, update
+from sqlalchemy import (
+    Insert,
+    Integer,
+    Select,
+    false,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from legato.engine.repositories.params import Unnest, in_array, text_array, uuid_array
-from legato.schema import NodeKind, Tasks, TaskState
+from legato.engine.repositories.signals import PendingSignal
+from legato.schema import NodeKind, Signals, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.values import TaskError
 
@@ -68,7 +81,8 @@ TASK_ROW_COLUMNS = (
 async def load_many(
     conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[TaskRow]]:
-    """Every attempt of each run, in creation order (decider snapshot, Client.get_run).
+    """Every attempt of each run, in creation order (Client.get_run; the decider reads
+    them with its signals, :func:`snapshots`).
 
     Served by ``ix_tasks_run_id_node_id_iteration_attempt`` in the runs' partitions.
     """
@@ -104,6 +118,57 @@ def _load_statement() -> Select[
     )
 
 
+async def snapshots(
+    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]]:
+    """Each run's attempts, in creation order, and its unconsumed signals, oldest first:
+    the decider's snapshot of a batch of locked runs in ONE read (decider loop).
+
+    ``load_many``'s rows ``UNION ALL`` ``signals.pending_many``'s, told apart by a
+    leading 0 / 1; a signal rides in the task columns (id, name as ``task_name``,
+    payload as ``output``, created_at as ``started_at``), so its order is its id's.
+    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` and the partial index
+    ``ix_signals_pending`` in the runs' partitions; built once.
+    """
+    result = await conn.execute(_snapshot_statement(), {"run_ids": list(run_ids)})
+    grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
+        run_id: ([], []) for run_id in run_ids
+    }
+    for row in result:
+        rows, buffered = grouped[row[0]]
+        if row[1] == 0:
+            rows.append(TaskRow(*row[2:]))
+        else:
+            buffered.append(PendingSignal(row[2], row[8], row[10], row[14]))
+    return grouped
+
+
+@cache
+def _snapshot_statement() -> Any:
+    run_ids = uuid_array("run_ids")
+    attempts = select(Tasks.run_id, literal_column("0", Integer()), *TASK_ROW_COLUMNS).where(
+        in_array(Tasks.run_id, run_ids)
+    )
+    pending = select(
+        Signals.run_id,
+        literal_column("1", Integer()),
+        Signals.id,
+        *(null() for _ in range(5)),  # node_id, iteration, attempt, kind, state
+        Signals.name,
+        null(),  # queue
+        Signals.payload,
+        null(),  # error
+        false(),  # observed
+        null(),  # created_at: NULL sorts last, so a signal's order is its id's
+        Signals.created_at,
+        null(),  # finished_at
+    ).where(in_array(Signals.run_id, run_ids), Signals.consumed_at.is_(None))
+    # Positions in the union: run_id, which, then TASK_ROW_COLUMNS.
+    return union_all(attempts, pending).order_by(
+        *(literal_column(str(n)) for n in (1, 2, 14, 4, 5, 6, 3))
+    )
+
+
 class NewTask(NamedTuple):
     """A ``tasks`` row a decision creates (its fields are the columns it fills)."""
 
@@ -127,24 +192,22 @@ class NewTask(NamedTuple):
     observed: bool
 
 
-_NEW_TASKS = Unnest("given", NewTask, Tasks)
+_NEW_TASKS = Unnest("new_tasks", NewTask, Tasks)
 
 
-async def insert_many(conn: AsyncConnection, rows: Sequence[NewTask]) -> None:
-    """Insert the attempts decisions created (decider loop): one INSERT over ``unnest``
-    of array parameters for a whole batch of runs (one statement for the server, built
-    once).
+@cache
+def inserted() -> Insert:
+    """Insert the attempts a batch of decisions created (``decisions.write``, bound by
+    :func:`inserted_params`): one INSERT over ``unnest`` of array parameters; built once.
 
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
     """
-    if rows:
-        await conn.execute(_insert_statement(), _NEW_TASKS.bind(rows))
-
-
-@cache
-def _insert_statement() -> Insert:
     return _NEW_TASKS.insert()
+
+
+def inserted_params(rows: Sequence[NewTask]) -> dict[str, Any]:
+    return _NEW_TASKS.bind(rows)
 
 
 class Transition(NamedTuple):
@@ -186,20 +249,24 @@ async def transition_many(
     for move in moves:
         by_source.setdefault(frozenset(move.from_states), []).append(move)
     for sources, group in by_source.items():
-        result = await conn.execute(
-            _transition_statement(),
-            {
-                **_MOVES.bind(group),
-                "fence_run_ids": sorted({m.run_id for m in group}),
-                "sources": sorted(sources),
-            },
-        )
+        result = await conn.execute(moved(), moved_params(group, sources))
         applied.update(result.all())
     return applied
 
 
+def moved_params(moves: Sequence[Transition], sources: Collection[TaskState]) -> dict[str, Any]:
+    """The parameters of :func:`moved` for ``moves`` that all leave one of ``sources``."""
+    return {
+        **_MOVES.bind(moves),
+        "fence_run_ids": sorted({m.run_id for m in moves}),
+        "sources": sorted(sources),
+    }
+
+
 @cache
-def _transition_statement() -> ReturningUpdate[uuid.UUID, str]:
+def moved() -> ReturningUpdate[uuid.UUID, str]:
+    """:func:`transition_many`'s fenced UPDATE, returning each applied move's task id and
+    queue (also a CTE of ``decisions.write``)."""
     attempt = _MOVES.value("attempt")
     return _MOVES.update(
         in_array(Tasks.run_id, uuid_array("fence_run_ids")),
@@ -213,21 +280,27 @@ def _transition_statement() -> ReturningUpdate[uuid.UUID, str]:
     ).returning(Tasks.id, Tasks.queue)
 
 
-async def mark_observed(
-    conn: AsyncConnection, observed: Sequence[tuple[uuid.UUID, uuid.UUID]]
-) -> None:
-    """Record that the decider has written these terminal rows' history (decider loop).
-    One UPDATE for the batch; primary keys."""
-    if observed:
-        await conn.execute(
-            update(Tasks.table)
-            .where(
-                in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in observed})),
-                # Task ids are unique across runs; the run ids prune partitions.
-                in_array(Tasks.id, uuid_array("task_ids", [t for _, t in observed])),
-            )
-            .values(observed=True)
+@cache
+def marked_observed() -> Update:
+    """Record that the decider has written these terminal rows' history
+    (``decisions.write``, bound by :func:`marked_observed_params`). One UPDATE for the
+    batch; primary keys of the runs' partitions; built once."""
+    return (
+        update(Tasks.table)
+        .where(
+            in_array(Tasks.run_id, uuid_array("observed_run_ids")),
+            # Task ids are unique across runs; the run ids prune partitions.
+            in_array(Tasks.id, uuid_array("observed_task_ids")),
         )
+        .values(observed=True)
+    )
+
+
+def marked_observed_params(observed: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> dict[str, Any]:
+    return {
+        "observed_run_ids": sorted({r for r, _ in observed}),
+        "observed_task_ids": [t for _, t in observed],
+    }
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Insert, Integer, bindparam, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -43,7 +43,7 @@ class DueTimer(NamedTuple):
     due_at: datetime
 
 
-_TIMERS = Unnest("given", DueTimer, Timers)
+_TIMERS = Unnest("new_timers", DueTimer, Timers)
 
 
 async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) -> None:
@@ -51,13 +51,17 @@ async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) 
     those that fired at the horizon before they were due (timer loop). One INSERT over
     ``unnest`` of array parameters, built once."""
     if timers:
-        capped = [t._replace(fire_at=capped_fire_at(t.due_at, now)) for t in timers]
-        await conn.execute(_arm_statement(), _TIMERS.bind(capped))
+        await conn.execute(armed(), armed_params(timers, now))
 
 
 @cache
-def _arm_statement() -> Insert:
+def armed() -> Insert:
+    """:func:`arm`'s INSERT (also a CTE of ``decisions.write``)."""
     return _TIMERS.insert()
+
+
+def armed_params(timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
+    return _TIMERS.bind([t._replace(fire_at=capped_fire_at(t.due_at, now)) for t in timers])
 
 
 @cache

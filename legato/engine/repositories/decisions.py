@@ -1,0 +1,97 @@
+"""A batch of decisions' writes as ONE statement: one data-modifying CTE per table.
+
+Each table's module owns its part (``tasks.inserted``, ``task_queue.enqueued``, ...);
+this module only joins them, so a decision costs one round trip for its writes however
+many tables it touches. The parts see one snapshot and not each other's writes, so
+the caller hands over writes that do not depend on one another (``Batch.write`` folds a
+task created and resolved in one batch into its insert, and deletes cancelled queue
+rows beforehand, in the lock order).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.repositories import (
+    outbox,
+    run_events,
+    runs,
+    signals,
+    task_queue,
+    tasks,
+    timers,
+)
+from legato.schema.enums import ACTIVE_TASK_STATES
+
+
+@dataclass(frozen=True)
+class Writes:
+    """Everything a batch of decisions writes in its one statement."""
+
+    creates: Sequence[tasks.NewTask]
+    enqueues: Sequence[task_queue.NewQueueRow]
+    timers: Sequence[timers.DueTimer]
+    consumed: Sequence[signals.Consumption]
+    moves: Sequence[tasks.Transition]  # fenced on the active states
+    observed: Sequence[tuple[uuid.UUID, uuid.UUID]]  # (run id, task id), finished by others
+    events: Sequence[run_events.NewEvent]
+    lifecycle: Sequence[outbox.Event]
+    finishes: Sequence[runs.Finish]
+
+
+async def write(conn: AsyncConnection, writes: Writes, now: datetime) -> set[uuid.UUID]:
+    """Apply a batch's writes in one statement (decider loop, under the runs' locks);
+    returns the task ids of the fenced moves that applied (a stale one is absent).
+
+    A part with no rows is an ``unnest`` of empty arrays: it writes nothing (the
+    planner folds it away), and the statement keeps its shape. Two parts are left out
+    when they have no rows, so there are four shapes: the ``task_queue`` insert,
+    because its statement trigger NOTIFYs the workers even for no rows, and the
+    ``outbox`` insert, whose join of ``runs`` and ``webhook_endpoints`` is planned
+    even for no rows (most decisions neither start nor finish a run). Each part is
+    served by its own table's primary key (see each part's docstring).
+    """
+    if any(frozenset(m.from_states) != ACTIVE_TASK_STATES for m in writes.moves):
+        raise ValueError("a decision's moves are fenced on the active states")
+    params: dict[str, Any] = {
+        **tasks.inserted_params(writes.creates),
+        **timers.armed_params(writes.timers, now),
+        **signals.consumed_params(writes.consumed),
+        **tasks.moved_params(writes.moves, ACTIVE_TASK_STATES),
+        **tasks.marked_observed_params(writes.observed),
+        **run_events.appended_params(writes.events),
+        **runs.finished_params(writes.finishes),
+    }
+    if writes.enqueues:
+        params.update(task_queue.enqueued_params(writes.enqueues))
+    if writes.lifecycle:
+        params.update(outbox.published_params(writes.lifecycle))
+    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle))
+    result = await conn.execute(statement, params)
+    return set(result.scalars())
+
+
+@cache
+def _statement(enqueues: bool, publishes: bool) -> Select[uuid.UUID]:
+    moved = tasks.moved().cte("moved")
+    parts = [
+        tasks.inserted().cte("inserted_tasks"),
+        timers.armed().cte("armed_timers"),
+        signals.consumed().cte("consumed_signals"),
+        tasks.marked_observed().cte("observed_tasks"),
+        run_events.appended().cte("appended_events"),
+        runs.finished().cte("finished_runs"),
+    ]
+    if enqueues:
+        parts.append(task_queue.enqueued().cte("enqueued_attempts"))
+    if publishes:
+        parts.append(outbox.published())
+    return select(moved.c.id).add_cte(*parts)
