@@ -133,7 +133,7 @@ class Runtime:
         if self.worker is not None and self.decider_loops:
             # Both roles in one process: decisions lease new attempts to this worker in
             # their own transaction, and its reports wake the deciders, in memory.
-            self.handoff = LocalHandoff(self.worker, self.decider_loops)
+            self.handoff = LocalHandoff(self.worker, self.decider_loops, self.wakeups)
             self.worker.handoff = self.handoff
             for decider in self.decider_loops:
                 decider.handoff = self.handoff

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import task_queue
+from legato.engine.repositories import notify, task_queue
 
 if TYPE_CHECKING:
-    from legato.engine.loops import Loop
+    from legato.engine.loops import Loop, Wakeups
     from legato.engine.worker import Worker
 
 
@@ -50,15 +50,39 @@ def eligible(
 class LocalHandoff:
     """The link between one process's decider loops and its worker."""
 
-    def __init__(self, worker: Worker, deciders: Sequence[Loop]) -> None:
+    def __init__(self, worker: Worker, deciders: Sequence[Loop], wakeups: Wakeups | None) -> None:
         self.worker = worker
         self.deciders = list(deciders)
+        self.wakeups = wakeups
+        self.tasks_channel = notify.tasks_channel(worker.schema_name)
+        self.decide_channel = notify.decide_channel(worker.schema_name)
         self.handed = 0  # attempts leased in a decision and run without a claim
 
     def reported(self) -> None:
         """A worker's report committed: the runs it touched are waiting to be decided."""
         if self.deciders:
             self.deciders[0].nudge()
+
+    async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed:
+        """Drop the notification on ``channel`` that the transaction on ``conn`` sends at
+        commit (its decide or task queue trigger's), because the caller wakes the loop it
+        concerns in memory: without this the loop would wake twice and its second tick
+        would find nothing. Give it back with :meth:`unabsorb` if the commit fails."""
+        if self.wakeups is None:
+            return None
+        driver = (await conn.get_raw_connection()).driver_connection
+        assert driver is not None  # the connection is checked out: it has its driver's
+        pid = int(driver.get_server_pid())  # asyncpg's, no round trip
+        self.wakeups.absorb(channel, pid)
+        return channel, pid
+
+    def unabsorb(self, absorbed: Absorbed) -> None:
+        if absorbed is not None and self.wakeups is not None:
+            self.wakeups.unabsorb(*absorbed)
+
+
+# What :meth:`LocalHandoff.absorb` registered: (channel, backend pid), or nothing.
+Absorbed = tuple[str, int] | None
 
 
 @contextlib.asynccontextmanager
@@ -76,6 +100,7 @@ async def decision(handoff: LocalHandoff | None) -> AsyncIterator[Decision]:
         yield current
     except BaseException:
         worker.unreserve(current.reserved)
+        handoff.unabsorb(current.absorbed)
         raise
     worker.accept(current.leased)
     worker.unreserve(current.reserved)
@@ -92,6 +117,7 @@ class Decision:
     reserved: int = 0
     leased: list[task_queue.Claimed] = field(default_factory=list)
     left_queued: bool = False
+    absorbed: Absorbed = None
 
     async def lease(
         self, conn: AsyncConnection, rows: Sequence[task_queue.NewQueueRow], now: datetime
@@ -110,3 +136,7 @@ class Decision:
         if take:
             keys = [(row.queue, row.task_id) for row in chosen[:take]]
             self.leased += await task_queue.hand_off(conn, keys, worker.worker_id, worker.lease)
+        if self.absorbed is None:
+            # The enqueue NOTIFYs once per transaction (PostgreSQL folds repeats); the
+            # local worker has what it can run, or is nudged for what stays queued.
+            self.absorbed = await self.handoff.absorb(conn, self.handoff.tasks_channel)

@@ -28,7 +28,7 @@ from legato.context import TaskCancelled, TaskContext
 from legato.engine import output_cache
 from legato.engine.admission import Admission
 from legato.engine.decider.model import TaskError
-from legato.engine.handoff import LocalHandoff
+from legato.engine.handoff import Absorbed, LocalHandoff
 from legato.engine.loops import (
     Loop,
     Wakeups,
@@ -412,10 +412,15 @@ class Worker(Loop):
         if not self._reports:
             return True
         batch, self._reports = self._reports, []
+        absorbed: Absorbed = None
         try:
             async with self.engine.begin() as conn:
                 await apply_reports(conn, batch, "task finished")
+                if self.handoff is not None:  # _finished nudges the local decider instead
+                    absorbed = await self.handoff.absorb(conn, self.handoff.decide_channel)
         except Exception as error:
+            if self.handoff is not None:
+                self.handoff.unabsorb(absorbed)
             self._reports = batch + self._reports
             if not is_database_error(error):
                 self._flush_wanted.set()  # for the restarted flusher
