@@ -9,10 +9,11 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from sqlalchemy import select
+from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Runtime, TaskContext, TaskState, task, workflow
+from legato.engine.loops import Wakeups
 from legato.engine.worker import Worker
 from legato.schema import Tasks
 from tests.helpers import eventually
@@ -120,3 +121,50 @@ async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_
     finally:
         remote.stop()
         await remote_loop
+
+
+async def test_a_handed_off_run_leaves_no_empty_claim_or_take_behind(
+    engine: AsyncEngine, client: Client
+) -> None:
+    """The enqueue's and the report's NOTIFYs are absorbed: the loops they would wake
+    were woken in memory, so nothing wakes twice to find nothing."""
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    # Polling once a minute: every claim or take below was woken by a NOTIFY or a nudge.
+    async with Runtime(engine, app, poll_interval=60) as runtime:
+        assert await (await client.start(tenfold_twice, 0)).result(timeout=20) == 0
+        event.listen(engine.sync_engine, "before_cursor_execute", record)
+        try:
+            for n in range(1, 6):
+                assert await (await client.start(tenfold_twice, n)).result(timeout=20) == n * 100
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", record)
+        assert runtime.handoff is not None and runtime.handoff.handed == 12
+    claims = [s for s in statements if s.startswith("WITH candidates AS MATERIALIZED")]
+    takes = [s for s in statements if s.startswith("WITH taken AS MATERIALIZED")]
+    assert claims == []
+    assert len(takes) == 5 * 3  # each run's three decisions, nothing more
+
+
+async def test_an_absorbed_notification_is_dropped_once(engine: AsyncEngine) -> None:
+    wakeups = Wakeups(engine)
+    heard: list[str] = []
+    try:
+        woken = await wakeups.subscribe("legato_test_absorb", heard.append)
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            wakeups.absorb("legato_test_absorb", driver.get_server_pid())
+            for payload in ("first", "second", "third"):
+                await conn.execute(select(func.pg_notify("legato_test_absorb", payload)))
+                await conn.commit()
+        # One session's notifications arrive in commit order: once "third" is in, the
+        # first was dropped and no absorb is left to drop another.
+        await eventually(lambda: "third" in heard, "the third notification")
+        assert heard == ["second", "third"]
+        assert woken.is_set()
+    finally:
+        await wakeups.close()
