@@ -6,7 +6,9 @@ claim transaction: the decision leases it to the local worker in its own transac
 (``task_queue.hand_off``: the queue row leased, the attempt RUNNING, what a claim would
 have written) and, once that transaction has committed, the worker runs the ``Claimed``
 items it is handed in memory. Likewise a worker's committed report nudges the local
-decider at once instead of waiting for the decide queue's NOTIFY.
+decider at once instead of waiting for the decide queue's NOTIFY. This process drops
+its own copy of the NOTIFY such a commit still sends for the other processes
+(:meth:`LocalHandoff.absorb`), so its loops do not wake twice.
 
 Only attempts the worker would claim itself are handed off: of its queues and task
 names, available now, with no concurrency, rate or queue limit (those keep the claim
