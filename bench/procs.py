@@ -24,6 +24,7 @@ from typing import Any
 
 ROLE_WORKER = "worker"
 ROLE_DECIDER = "decider"
+ROLE_ALL = "all"  # decider, worker and timer in one process: decisions hand off to its worker
 DECIDER_LOOPS = 2  # per decider process: Runtime's default
 
 
@@ -54,11 +55,11 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
     try:
         async with engine.connect() as conn:  # warm the pool and the dialect
             await conn.exec_driver_sql("SELECT 1")
-        roles = (
-            Roles(decider=True, worker=False, timer=True, deploy=False)
-            if spec.role == ROLE_DECIDER
-            else Roles(decider=False, worker=True, timer=False, deploy=False)
-        )
+        roles = {
+            ROLE_DECIDER: Roles(decider=True, worker=False, timer=True, deploy=False),
+            ROLE_WORKER: Roles(decider=False, worker=True, timer=False, deploy=False),
+            ROLE_ALL: Roles(decider=True, worker=True, timer=True, deploy=False),
+        }[spec.role]
         runtime = Runtime(
             engine,
             app,
@@ -78,7 +79,7 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
 
 
 class Fleet:
-    """A set of worker and decider processes sharing ready/go/stop events."""
+    """A set of worker, decider and all-role processes sharing ready/go/stop events."""
 
     def __init__(
         self,
@@ -87,6 +88,7 @@ class Fleet:
         *,
         workers: int,
         deciders: int,
+        both: int = 0,
         concurrency: int = 64,
         profile_dir: Path | None = None,
         profile_label: str = "",
@@ -102,7 +104,7 @@ class Fleet:
         self.profile_dir = profile_dir
         self.profile_label = profile_label
         self._spies: list[subprocess.Popen[bytes]] = []
-        for role, count in ((ROLE_DECIDER, deciders), (ROLE_WORKER, workers)):
+        for role, count in ((ROLE_DECIDER, deciders), (ROLE_WORKER, workers), (ROLE_ALL, both)):
             for i in range(count):
                 ready = ctx.Event()
                 spec = ProcSpec(url, schema, role, concurrency=concurrency, metrics=metrics)
@@ -112,10 +114,15 @@ class Fleet:
                 self._ready.append(ready)
                 self.procs.append(proc)
                 self.names.append(f"{role}-{i}")
-        self.layout = (
-            f"{workers} worker process(es) x {concurrency} slots + {deciders} decider "
-            f"process(es) x {DECIDER_LOOPS} loops" + (", metrics on" if metrics else "")
-        )
+        parts = [
+            f"{workers} worker process(es) x {concurrency} slots" if workers else "",
+            f"{deciders} decider process(es) x {DECIDER_LOOPS} loops" if deciders else "",
+            f"{both} process(es) with decider x {DECIDER_LOOPS} loops, worker x "
+            f"{concurrency} slots and timer"
+            if both
+            else "",
+        ]
+        self.layout = " + ".join(filter(None, parts)) + (", metrics on" if metrics else "")
 
     def start(self, timeout: float = 60.0) -> None:
         for proc in self.procs:

@@ -347,15 +347,39 @@ async def scenario_commits(server: Server, opts: Options) -> list[Figure]:
         ),
         Figure("commits", "write xids per wf, draining", d.xids_per_wf, "xid", {"runs": n}),
     ]
-    return figures + await _low_load_commits(server, opts)
+    for one_process in (False, True):
+        figures += await _low_load_commits(server, opts, one_process)
+    return figures
 
 
-async def _low_load_commits(server: Server, opts: Options) -> list[Figure]:
-    target = await server.fresh("lowload")
+#: Appended to a figure's name when measured on one process running the decider, the
+#: worker and the timer (decisions hand attempts to that process's worker in memory);
+#: the names without it are the 1 worker + 1 decider process layout's.
+ONE_PROCESS = ", one process"
+
+
+def _fleet(target: Target, opts: Options, one_process: bool, label: str = "") -> Fleet:
+    """The latency and low-load layout: 1 worker + 1 decider process, or one process
+    with every role."""
+    return Fleet(
+        target.url,
+        target.schema,
+        workers=0 if one_process else 1,
+        deciders=0 if one_process else 1,
+        both=1 if one_process else 0,
+        concurrency=opts.concurrency,
+        profile_dir=opts.profile_dir,
+        profile_label=label + ("1p-" if one_process else ""),
+    )
+
+
+async def _low_load_commits(server: Server, opts: Options, one_process: bool) -> list[Figure]:
+    target = await server.fresh("lowload-1p" if one_process else "lowload")
     window = await server.statement_log(target)
     engine = create_engine(target.url, target.schema)
     probe = probe_engine(target)
-    fleet = Fleet(target.url, target.schema, workers=1, deciders=1, concurrency=opts.concurrency)
+    fleet = _fleet(target, opts, one_process, "lowload-")
+    suffix = ONE_PROCESS if one_process else ""
     n = max(1, round(LOW_LOAD_RATE * opts.size.low_load_seconds))
     try:
         async with Client(engine, app=app) as client:
@@ -387,13 +411,23 @@ async def _low_load_commits(server: Server, opts: Options) -> list[Figure]:
         "includes": "the start, and the idle loops' polls in the window",
     }
     figures = [
-        Figure("commits", "write xids per run, low load", (after.xid - before.xid) / n, "xid", {})
+        Figure(
+            "commits",
+            f"write xids per run, low load{suffix}",
+            (after.xid - before.xid) / n,
+            "xid",
+            {},
+        )
     ]
     if transactions is not None:
         figures.insert(
             0,
             Figure(
-                "commits", "real transactions per run, low load", transactions / n, "xact", settings
+                "commits",
+                f"real transactions per run, low load{suffix}",
+                transactions / n,
+                "xact",
+                settings,
             ),
         )
     else:
@@ -449,12 +483,20 @@ async def _wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what
 
 async def scenario_wake(server: Server, opts: Options) -> list[Figure]:
     """Start-to-first-task and signal-to-next-task latency, measured one run at a time,
-    and each p50 as a multiple of a bare commit's p50 measured right after."""
+    and each p50 as a multiple of a bare commit's p50 measured right after; on 1 worker +
+    1 decider process, then on one process with every role."""
+    figures: list[Figure] = []
+    for one_process in (False, True):
+        figures += await _wake_layout(server, opts, one_process)
+    return figures
+
+
+async def _wake_layout(server: Server, opts: Options, one_process: bool) -> list[Figure]:
     n = opts.size.wake
-    target = await server.fresh("wake")
+    target = await server.fresh("wake-1p" if one_process else "wake")
     engine = create_engine(target.url, target.schema)
     probe = probe_engine(target)
-    fleet = _latency_fleet(target, opts, "wake-")
+    fleet = _fleet(target, opts, one_process, "wake-")
     bare = await BareCommit(target).open()
     try:
         async with Client(engine, app=app) as client:
@@ -468,33 +510,27 @@ async def scenario_wake(server: Server, opts: Options) -> list[Figure]:
         await asyncio.to_thread(fleet.shutdown)
         await probe.dispose()
         await engine.dispose()
+    suffix = ONE_PROCESS if one_process else ""
     settings = {"samples": n, "layout": fleet.layout, "spacing_ms": WAKE_SPACING * 1000}
     figures = []
     for label, samples in (("signal -> next task", after), ("start -> first task", first)):
         for p in (50, 95, 99):
-            figures.append(Figure("wake", f"{label} p{p}", percentile(samples, p), "ms", settings))
+            figures.append(
+                Figure("wake", f"{label} p{p}{suffix}", percentile(samples, p), "ms", settings)
+            )
     floor = percentile(commits, 50)
-    figures += bare_figures("wake", commits)
+    if not one_process:
+        figures += bare_figures("wake", commits)
     for label, samples in (("signal -> next task", after), ("start -> first task", first)):
         figures.append(
-            multiple("wake", f"{label} p50 / bare commit p50", percentile(samples, 50), floor)
+            multiple(
+                "wake", f"{label} p50 / bare commit p50{suffix}", percentile(samples, 50), floor
+            )
         )
     return figures
 
 
 WAKE_SPACING = 0.02  # between one start (or signal) and the next
-
-
-def _latency_fleet(target: Target, opts: Options, label: str) -> Fleet:
-    return Fleet(
-        target.url,
-        target.schema,
-        workers=1,
-        deciders=1,
-        concurrency=opts.concurrency,
-        profile_dir=opts.profile_dir,
-        profile_label=label,
-    )
 
 
 async def wake_samples(
@@ -530,13 +566,22 @@ async def wake_samples(
 async def scenario_latency(server: Server, opts: Options) -> list[Figure]:
     """Wake and start-to-first-task p50/p95/p99 at rest, then under a background load of
     half the e2e-1 capacity this fleet measured just before (one-task runs started in
-    small batches every 20 ms by a second client)."""
+    small batches every 20 ms by a second client); on 1 worker + 1 decider process, then
+    on one process with every role."""
+    figures: list[Figure] = []
+    for one_process in (False, True):
+        figures += await _latency_layout(server, opts, one_process)
+    return figures
+
+
+async def _latency_layout(server: Server, opts: Options, one_process: bool) -> list[Figure]:
     n = opts.size.wake
-    target = await server.fresh("latency")
+    suffix = ONE_PROCESS if one_process else ""
+    target = await server.fresh("latency-1p" if one_process else "latency")
     engine = create_engine(target.url, target.schema)
     loader_engine = create_engine(target.url, target.schema)
     probe = probe_engine(target)
-    fleet = _latency_fleet(target, opts, "latency-")
+    fleet = _fleet(target, opts, one_process, "latency-")
     bare = await BareCommit(target).open()
     try:
         async with Client(engine, app=app) as client, Client(loader_engine, app=app) as loader:
@@ -563,10 +608,14 @@ async def scenario_latency(server: Server, opts: Options) -> list[Figure]:
     floor = percentile(commits, 50)
     figures = [
         Figure(
-            "latency", "e2e-1 capacity of this fleet", capacity, "wf/s", {"layout": fleet.layout}
+            "latency",
+            f"e2e-1 capacity of this fleet{suffix}",
+            capacity,
+            "wf/s",
+            {"layout": fleet.layout},
         ),
-        Figure("latency", "background load", achieved, "wf/s", {"target": round(rate)}),
-        *bare_figures("latency", commits),
+        Figure("latency", f"background load{suffix}", achieved, "wf/s", {"target": round(rate)}),
+        *([] if one_process else bare_figures("latency", commits)),
     ]
     for load, (first, after) in (("at rest", rest), ("at 50% load", loaded)):
         for label, samples in (("signal -> next task", after), ("start -> first task", first)):
@@ -575,7 +624,7 @@ async def scenario_latency(server: Server, opts: Options) -> list[Figure]:
                 "p50 / bare commit p50": round(percentile(samples, 50) / floor, 1),
             }
             for p in (50, 95, 99):
-                name = f"{label} {load} p{p}"
+                name = f"{label} {load} p{p}{suffix}"
                 figures.append(Figure("latency", name, percentile(samples, p), "ms", settings))
     return figures
 

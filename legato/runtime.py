@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.db import as_unavailable, check_database
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
+from legato.engine.handoff import LocalHandoff
 from legato.engine.lease_sweeper import LeaseSweeper
 from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
 from legato.engine.maintenance import MaintenanceLoop
@@ -128,6 +129,14 @@ class Runtime:
                 max_output_bytes=max_output_bytes,
             )
             self.loops.append(self.worker)
+        self.handoff: LocalHandoff | None = None
+        if self.worker is not None and self.decider_loops:
+            # Both roles in one process: decisions lease new attempts to this worker in
+            # their own transaction, and its reports wake the deciders, in memory.
+            self.handoff = LocalHandoff(self.worker, self.decider_loops, self.wakeups)
+            self.worker.handoff = self.handoff
+            for decider in self.decider_loops:
+                decider.handoff = self.handoff
         if roles.timer:
             self.loops.append(TimerLoop(engine, wakeups=self.wakeups))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine import relay
+from legato.engine import handoff, relay
 from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
     Action,
@@ -39,6 +39,7 @@ from legato.engine.decider.model import (
     TaskError,
     TaskRecord,
 )
+from legato.engine.handoff import LocalHandoff
 from legato.engine.loops import Loop, Wakeups, one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
@@ -409,12 +410,13 @@ class DeciderLoop(Loop):
         # waiting: under load two batches overlap, while a lone run (a signal) wakes
         # one loop only and nothing competes with its decision.
         self.helper: DeciderLoop | None = None
+        self.handoff: LocalHandoff | None = None  # set by a Runtime that also runs a worker
 
     async def tick(self) -> bool:
         began = time.time_ns()
         claimed: list[uuid.UUID] = []
         try:
-            async with self.engine.begin() as conn:
+            async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
                 claimed = list(await decide_queue.take(conn, self.batch_size))
                 if not claimed:
                     return False
@@ -425,6 +427,7 @@ class DeciderLoop(Loop):
                 if len(claimed) > 1 and self.helper is not None:
                     self.helper.nudge()
                 batch = await decide_runs(conn, claimed, self.specs, now)
+                await local.lease(conn, batch.enqueues, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
             hooks.decisions_committed(batch.facts, began)
@@ -440,7 +443,7 @@ class DeciderLoop(Loop):
     async def _one_by_one(self, run_ids: Sequence[uuid.UUID]) -> None:
         began = time.time_ns()
         facts: list[hooks.DecisionFacts] = []
-        async with self.engine.begin() as conn:
+        async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
             cancels = False
             taken = await decide_queue.take(conn, len(run_ids), run_ids)
             now = datetime.now(UTC)  # after the take, as in ``tick``
@@ -448,6 +451,7 @@ class DeciderLoop(Loop):
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(conn, [run_id], self.specs, now)
+                        await local.lease(conn, batch.enqueues, now)
                 except Exception as error:
                     if conn.invalidated:
                         raise  # the connection died, not the decision: the tick is retried

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -132,8 +132,27 @@ class Wakeups:
         self._wanted: set[str] = set()
         self._listening: set[str] = set()
         self._lock = asyncio.Lock()
+        # (channel, backend pid) -> notifications to drop: this process's own commits
+        # whose work it already handed over in memory (legato.engine.handoff).
+        self._absorbed: Counter[tuple[str, int]] = Counter()
 
-    def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+    def absorb(self, channel: str, pid: int) -> None:
+        """Drop the next notification on ``channel`` from backend ``pid``: the caller's
+        transaction on that backend notifies at commit, and the caller wakes whoever it
+        concerns in memory. Call before the commit; :meth:`unabsorb` if it fails."""
+        self._absorbed[(channel, pid)] += 1
+
+    def unabsorb(self, channel: str, pid: int) -> None:
+        key = (channel, pid)
+        if self._absorbed[key] > 1:
+            self._absorbed[key] -= 1
+        else:
+            self._absorbed.pop(key, None)
+
+    def _on_notify(self, _conn: Any, pid: int, channel: str, payload: str) -> None:
+        if (channel, pid) in self._absorbed:
+            self.unabsorb(channel, pid)
+            return
         for event in self._events.get(channel, ()):
             event.set()
         for handler in self._payload_handlers.get(channel, ()):

@@ -28,6 +28,7 @@ from legato.context import TaskCancelled, TaskContext
 from legato.engine import output_cache
 from legato.engine.admission import Admission
 from legato.engine.decider.model import TaskError
+from legato.engine.handoff import Absorbed, LocalHandoff
 from legato.engine.loops import (
     Loop,
     Wakeups,
@@ -155,6 +156,17 @@ class Worker(Loop):
         self.task_names = sorted(app.tasks)
         # None unless a served task or queue is limited: then the one-statement claim.
         self._admission = Admission.of(app, queues, self.task_names)
+        # What a local decision may hand this worker (legato.engine.handoff): what it
+        # claims, less what a limit admits through Admission.
+        self.serves = frozenset((q, t) for q in queues for t in self.task_names)
+        self.serves_unlimited = frozenset(
+            (q, t)
+            for q, t in self.serves
+            if q not in app.queue_limits
+            and app.tasks[t].concurrency is None
+            and app.tasks[t].rate_limit is None
+        )
+        self.handoff: LocalHandoff | None = None  # set by a Runtime that also decides
         self.concurrency = concurrency
         self.lease = lease
         self.flush_interval = flush_interval
@@ -166,6 +178,11 @@ class Worker(Loop):
         self._background: list[asyncio.Task[None]] = []
         self._report_backoff = 0.0
         self._saturated = False
+        # Slots promised to a claim or a local decision's hand-off still under way: the
+        # two together never exceed ``concurrency``.
+        self._reserved = 0
+        self._settled = asyncio.Event()  # set whenever no slot is reserved
+        self._settled.set()
         self.completed = 0
 
     # -- side tasks -------------------------------------------------------------------------
@@ -189,26 +206,63 @@ class Worker(Loop):
 
     async def tick(self) -> bool:
         self._check_side_tasks()
-        free = self.concurrency - len(self._inflight)
+        free = self._free()
         if free <= 0:
             return False
-        if self._admission is not None:
-            async with self.engine.begin() as conn:
-                claimed = await self._admission.claim(conn, self.worker_id, free, self.lease)
-        else:
-            # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
-            async with self.engine.connect() as conn:
-                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                claimed = await task_queue.claim(
-                    autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
-                )
+        self._reserve(free)
+        try:
+            if self._admission is not None:
+                async with self.engine.begin() as conn:
+                    claimed = await self._admission.claim(conn, self.worker_id, free, self.lease)
+            else:
+                # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
+                async with self.engine.connect() as conn:
+                    autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    claimed = await task_queue.claim(
+                        autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
+                    )
+        finally:
+            self.unreserve(free)
+        self._start(claimed)
+        self._saturated = len(claimed) >= free
+        return self._saturated
+
+    def _free(self) -> int:
+        return self.concurrency - len(self._inflight) - self._reserved
+
+    def _reserve(self, n: int) -> None:
+        self._reserved += n
+        if self._reserved:
+            self._settled.clear()
+
+    def reserve(self, wanted: int) -> int:
+        """Reserve up to ``wanted`` slots for a local decision's hand-off (none while the
+        worker is stopping, or while its last claim left work queued: then the queued
+        attempts go first, in the claim's order); how many were reserved."""
+        if self.stopping or self._saturated:
+            return 0
+        taken = max(min(wanted, self._free()), 0)
+        self._reserve(taken)
+        return taken
+
+    def unreserve(self, n: int) -> None:
+        """Give back ``n`` reserved slots (a claim or a hand-off ended)."""
+        self._reserved -= n
+        if not self._reserved:
+            self._settled.set()
+
+    def accept(self, claimed: list[task_queue.Claimed]) -> None:
+        """Run attempts a committed local decision leased to this worker, in the slots
+        reserved for them (the caller then gives the reservation back: ``_inflight``
+        counts them from here)."""
+        self._start(claimed)
+
+    def _start(self, claimed: list[task_queue.Claimed]) -> None:
         hooks.attempts_claimed(claimed)
         for item in claimed:
             flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
             self._inflight[item.task_id] = flight
             flight.task = asyncio.create_task(self._execute(flight))
-        self._saturated = len(claimed) >= free
-        return self._saturated
 
     # -- running ----------------------------------------------------------------------------
 
@@ -358,10 +412,15 @@ class Worker(Loop):
         if not self._reports:
             return True
         batch, self._reports = self._reports, []
+        absorbed: Absorbed = None
         try:
             async with self.engine.begin() as conn:
                 await apply_reports(conn, batch, "task finished")
+                if self.handoff is not None:  # _finished nudges the local decider instead
+                    absorbed = await self.handoff.absorb(conn, self.handoff.decide_channel)
         except Exception as error:
+            if self.handoff is not None:
+                self.handoff.unabsorb(absorbed)
             self._reports = batch + self._reports
             if not is_database_error(error):
                 self._flush_wanted.set()  # for the restarted flusher
@@ -386,6 +445,8 @@ class Worker(Loop):
         for task_id in task_ids:
             self._inflight.pop(task_id, None)
         self.completed += len(task_ids)
+        if self.handoff is not None:
+            self.handoff.reported()  # decide at once, not when the NOTIFY arrives
         if self._saturated and self._wake is not None:
             self._wake.set()  # slots are free and work was left behind: claim again
 
@@ -452,6 +513,9 @@ class Worker(Loop):
 
     async def on_stop(self) -> None:
         """Let in-flight tasks finish within the grace period, release the rest at once."""
+        # A local decision under way may still hand attempts over: take them in first.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), timeout=self.grace_period)
         running = [f.task for f in self._inflight.values() if f.task is not None]
         if running:
             _, pending = await asyncio.wait(running, timeout=self.grace_period)

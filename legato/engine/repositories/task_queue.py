@@ -127,16 +127,18 @@ def _claim_statement() -> _LeaseReturning:
     return _lease_statement(locked(claim_candidates(), "candidates"))
 
 
-def _lease_statement(chosen: Any) -> _LeaseReturning:
+def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
     """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) to ``owner`` and mark
-    their attempts RUNNING, returning what the worker needs to run them."""
+    their attempts RUNNING, returning what the worker needs to run them; ``clock`` (the
+    transaction's ``now()`` unless given) stamps the lease and ``started_at``."""
     owner = bindparam("owner", type_=Text())
+    clock = func.now() if clock is None else clock
     leased = (
         update(TaskQueue.table)
         .where(TaskQueue.queue == chosen.c.queue, TaskQueue.task_id == chosen.c.task_id)
         .values(
             lease_owner=owner,
-            lease_expires_at=func.now() + bindparam("lease", type_=Interval()),
+            lease_expires_at=clock + bindparam("lease", type_=Interval()),
         )
         .returning(
             TaskQueue.queue,
@@ -157,7 +159,7 @@ def _lease_statement(chosen: Any) -> _LeaseReturning:
             Tasks.state == TaskState.QUEUED,
             Runs.id == Tasks.run_id,
         )
-        .values(state=TaskState.RUNNING, started_at=func.now(), lease_owner=owner)
+        .values(state=TaskState.RUNNING, started_at=clock, lease_owner=owner)
         .returning(
             leased.c.queue,
             leased.c.task_id,
@@ -262,10 +264,35 @@ async def lease(
     """Lease attempts this transaction locked with :func:`lock_candidates` and mark them
     RUNNING, as :func:`claim` does (worker's limited claim, after its limits admitted
     them). Primary keys; the rows are locked already, so nothing is rechecked."""
+    return await _lease_given(conn, _lease_given_statement(), keys, owner, lease)
+
+
+async def hand_off(
+    conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], owner: str, lease: timedelta
+) -> list[Claimed]:
+    """Lease attempts this decision transaction enqueued to the worker of its own process
+    and mark them RUNNING, writing what :func:`claim` would (decider loop's local
+    hand-off, ``legato.engine.handoff``). Primary keys of ``task_queue`` and ``tasks``.
+
+    No lock is waited on and nothing can be rechecked (EvalPlanQual): both rows were
+    inserted by this same transaction, invisible to every other one until it commits,
+    so no concurrent update can meet them. Stamped with ``statement_timestamp()``, not
+    the transaction's ``now()``, because the attempts' ``available_at`` is the decision's
+    clock, read after the transaction began: the queue wait stays >= 0."""
+    return await _lease_given(conn, _hand_off_statement(), keys, owner, lease)
+
+
+async def _lease_given(
+    conn: AsyncConnection,
+    statement: _LeaseReturning,
+    keys: Sequence[tuple[str, uuid.UUID]],
+    owner: str,
+    lease: timedelta,
+) -> list[Claimed]:
     if not keys:
         return []
     result = await conn.execute(
-        _lease_given_statement(),
+        statement,
         {
             "queues": [queue for queue, _ in keys],
             "task_ids": [task_id for _, task_id in keys],
@@ -276,11 +303,18 @@ async def lease(
     return [Claimed(**row._asdict()) for row in result]
 
 
+def _given_rows() -> Any:
+    return rows_of("chosen", queue=text_array("queues"), task_id=uuid_array("task_ids"))
+
+
 @cache
 def _lease_given_statement() -> _LeaseReturning:
-    return _lease_statement(
-        rows_of("chosen", queue=text_array("queues"), task_id=uuid_array("task_ids"))
-    )
+    return _lease_statement(_given_rows())
+
+
+@cache
+def _hand_off_statement() -> _LeaseReturning:
+    return _lease_statement(_given_rows(), func.statement_timestamp())
 
 
 async def extend_leases(

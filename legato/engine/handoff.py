@@ -1,0 +1,144 @@
+"""In-process hand-offs between the decider loops and the worker of one process.
+
+When a process runs both roles (``legato dev``, a ``Runtime`` with the decider and
+worker roles), a new attempt need not travel decision commit -> NOTIFY -> the worker's
+claim transaction: the decision leases it to the local worker in its own transaction
+(``task_queue.hand_off``: the queue row leased, the attempt RUNNING, what a claim would
+have written) and, once that transaction has committed, the worker runs the ``Claimed``
+items it is handed in memory. Likewise a worker's committed report nudges the local
+decider at once instead of waiting for the decide queue's NOTIFY. This process drops
+its own copy of the NOTIFY such a commit still sends for the other processes
+(:meth:`LocalHandoff.absorb`), so its loops do not wake twice.
+
+Only attempts the worker would claim itself are handed off: of its queues and task
+names, available now, with no concurrency, rate or queue limit (those keep the claim
+through ``Admission``), while the worker has free slots and its last claim drained the
+queue (when it did not, older rows wait and the claim's priority order takes them).
+Slots are reserved synchronously before the lease statement and released when the
+decision ends, so the claims and the hand-offs together never exceed the worker's
+concurrency. Kill safety needs nothing new: the lease is part of the decision's commit;
+a process killed after it leaves a leased row whose lease expires, and the lease sweeper
+returns the attempt as it does for any dead worker's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.repositories import notify, task_queue
+
+if TYPE_CHECKING:
+    from legato.engine.loops import Loop, Wakeups
+    from legato.engine.worker import Worker
+
+
+def eligible(
+    rows: Sequence[task_queue.NewQueueRow], now: datetime, serves: frozenset[tuple[str, str]]
+) -> list[task_queue.NewQueueRow]:
+    """The enqueued attempts a local worker may be handed, best first (the claim's order:
+    priority, then age): available at the decision's clock ``now`` and of a (queue, task
+    name) the worker serves without a limit."""
+    chosen = [r for r in rows if r.available_at <= now and (r.queue, r.task_name) in serves]
+    chosen.sort(key=lambda r: (-r.priority, r.available_at))
+    return chosen
+
+
+class LocalHandoff:
+    """The link between one process's decider loops and its worker."""
+
+    def __init__(self, worker: Worker, deciders: Sequence[Loop], wakeups: Wakeups | None) -> None:
+        self.worker = worker
+        self.deciders = list(deciders)
+        self.wakeups = wakeups
+        self.tasks_channel = notify.tasks_channel(worker.schema_name)
+        self.decide_channel = notify.decide_channel(worker.schema_name)
+        self.handed = 0  # attempts leased in a decision and run without a claim
+
+    def reported(self) -> None:
+        """A worker's report committed: the runs it touched are waiting to be decided."""
+        if self.deciders:
+            self.deciders[0].nudge()
+
+    async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed:
+        """Drop the notification on ``channel`` that the transaction on ``conn`` sends at
+        commit (its decide or task queue trigger's), because the caller wakes the loop it
+        concerns in memory: without this the loop would wake twice and its second tick
+        would find nothing. Give it back with :meth:`unabsorb` if the commit fails."""
+        if self.wakeups is None:
+            return None
+        driver = (await conn.get_raw_connection()).driver_connection
+        assert driver is not None  # the connection is checked out: it has its driver's
+        pid = int(driver.get_server_pid())  # asyncpg's, no round trip
+        self.wakeups.absorb(channel, pid)
+        return channel, pid
+
+    def unabsorb(self, absorbed: Absorbed) -> None:
+        if absorbed is not None and self.wakeups is not None:
+            self.wakeups.unabsorb(*absorbed)
+
+
+# What :meth:`LocalHandoff.absorb` registered: (channel, backend pid), or nothing.
+Absorbed = tuple[str, int] | None
+
+
+@contextlib.asynccontextmanager
+async def decision(handoff: LocalHandoff | None) -> AsyncIterator[Decision]:
+    """One decision transaction's hand-off, entered before the transaction begins and left
+    after it ends (a no-op without a local worker): on a commit the leased attempts go to
+    the worker and an attempt it serves left in the queue nudges it; on a failure (the
+    rollback undid the leases) only the reserved slots are given back."""
+    current = Decision(handoff)
+    if handoff is None:
+        yield current
+        return
+    worker = handoff.worker
+    try:
+        yield current
+    except BaseException:
+        worker.unreserve(current.reserved)
+        handoff.unabsorb(current.absorbed)
+        raise
+    worker.accept(current.leased)
+    worker.unreserve(current.reserved)
+    handoff.handed += len(current.leased)
+    if current.left_queued:
+        worker.nudge()
+
+
+@dataclass
+class Decision:
+    """What one decision transaction reserved and leased for the local worker."""
+
+    handoff: LocalHandoff | None
+    reserved: int = 0
+    leased: list[task_queue.Claimed] = field(default_factory=list)
+    left_queued: bool = False
+    absorbed: Absorbed = None
+
+    async def lease(
+        self, conn: AsyncConnection, rows: Sequence[task_queue.NewQueueRow], now: datetime
+    ) -> None:
+        """Lease to the local worker, in the decision's transaction ``conn``, what it may
+        take of the attempts ``rows`` this decision enqueued (decided at ``now``)."""
+        if not rows or self.handoff is None:
+            return
+        worker = self.handoff.worker
+        chosen = eligible(rows, now, worker.serves_unlimited)
+        take = worker.reserve(len(chosen))
+        self.reserved += take
+        # Attempts it serves that stay queued (no free slot, a limit): claim them now,
+        # not when the NOTIFY arrives.
+        self.left_queued = self.left_queued or take < len(eligible(rows, now, worker.serves))
+        if take:
+            keys = [(row.queue, row.task_id) for row in chosen[:take]]
+            self.leased += await task_queue.hand_off(conn, keys, worker.worker_id, worker.lease)
+        if self.absorbed is None:
+            # The enqueue NOTIFYs once per transaction (PostgreSQL folds repeats); the
+            # local worker has what it can run, or is nudged for what stays queued.
+            self.absorbed = await self.handoff.absorb(conn, self.handoff.tasks_channel)

@@ -1,0 +1,170 @@
+"""In-process hand-offs (``legato.engine.handoff``): a decision leases new attempts to the
+worker of its own process, within that worker's concurrency; the rest stay queued for
+any worker's claim."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from sqlalchemy import event, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import App, Client, Flow, Node, Runtime, TaskContext, TaskState, task, workflow
+from legato.engine.loops import Wakeups
+from legato.engine.worker import Worker
+from legato.schema import Tasks
+from tests.helpers import eventually
+
+
+class Gate:
+    """Holds every ``held`` attempt until opened, counting how many are inside."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.open = asyncio.Event()
+
+
+GATE = Gate()
+
+
+@task()
+async def held(ctx: TaskContext, n: int) -> int:
+    GATE.inside += 1
+    try:
+        await GATE.open.wait()
+    finally:
+        GATE.inside -= 1
+    return n * 10
+
+
+@task()
+async def tenfold(ctx: TaskContext, n: int) -> int:
+    return n * 10
+
+
+@workflow("held_fanout")
+def held_fanout(flow: Flow[list[int]]) -> Node[list[int]]:
+    return flow.map(held, flow.input)
+
+
+@workflow("tenfold_twice")
+def tenfold_twice(flow: Flow[int]) -> Node[int]:
+    return flow.run(tenfold, flow.run(tenfold, flow.input))
+
+
+app = App(workflows=[held_fanout, tenfold_twice])
+
+
+@pytest_asyncio.fixture
+async def client(engine: AsyncEngine) -> AsyncIterator[Client]:
+    global GATE
+    GATE = Gate()
+    async with Client(engine, app=app) as c:
+        yield c
+
+
+async def _owners(engine: AsyncEngine, state: TaskState) -> Counter[str | None]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(Tasks.lease_owner).where(Tasks.state == state))
+        return Counter(rows.scalars())
+
+
+async def test_a_decision_hands_new_attempts_to_the_local_worker(
+    engine: AsyncEngine, client: Client
+) -> None:
+    # Every attempt ran without a claim: each was leased in the decision that made it.
+    async with Runtime(engine, app, poll_interval=60) as runtime:
+        assert runtime.handoff is not None and runtime.worker is not None
+        handles = [await client.start(tenfold_twice, n) for n in range(5)]
+        assert [await h.result(timeout=20) for h in handles] == [n * 100 for n in range(5)]
+        assert runtime.handoff.handed == 10
+    async with engine.connect() as conn:
+        stamps = (await conn.execute(select(Tasks.available_at, Tasks.started_at))).all()
+    # What a claim would have stamped: started when leased, never before it was available.
+    assert len(stamps) == 10
+    assert all(started is not None and started >= available for available, started in stamps)
+
+
+async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_gets_the_rest(
+    engine: AsyncEngine, client: Client
+) -> None:
+    remote = Worker(engine, app, concurrency=8, poll_interval=0.05, worker_id="remote")
+    remote_loop = asyncio.create_task(remote.run())
+    try:
+        async with Runtime(engine, app, concurrency=2, poll_interval=0.2) as runtime:
+            assert runtime.handoff is not None and runtime.worker is not None
+            handle = await client.start(held_fanout, list(range(6)))
+            await eventually(lambda: GATE.inside == 6, "all six attempts to be running")
+            # The decision filled the local worker's two slots; the remote worker claimed
+            # the four left queued.
+            assert runtime.handoff.handed == 2
+            assert await _owners(engine, TaskState.RUNNING) == {
+                runtime.worker.worker_id: 2,
+                "remote": 4,
+            }
+            GATE.open.set()
+            assert await handle.result(timeout=20) == [n * 10 for n in range(6)]
+            # A second fan-out while the local worker is idle again: two handed off, never
+            # more than its two slots at once in this process.
+            GATE.open.clear()
+            handed_before = runtime.handoff.handed
+            second = await client.start(held_fanout, list(range(3)))
+            await eventually(lambda: GATE.inside == 3, "all three attempts to be running")
+            assert runtime.handoff.handed - handed_before == 2
+            owners = await _owners(engine, TaskState.RUNNING)
+            assert owners == {runtime.worker.worker_id: 2, "remote": 1}
+            GATE.open.set()
+            assert await second.result(timeout=20) == [0, 10, 20]
+    finally:
+        remote.stop()
+        await remote_loop
+
+
+async def test_a_handed_off_run_leaves_no_empty_claim_or_take_behind(
+    engine: AsyncEngine, client: Client
+) -> None:
+    """The enqueue's and the report's NOTIFYs are absorbed: the loops they would wake
+    were woken in memory, so nothing wakes twice to find nothing."""
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    # Polling once a minute: every claim or take below was woken by a NOTIFY or a nudge.
+    async with Runtime(engine, app, poll_interval=60) as runtime:
+        assert await (await client.start(tenfold_twice, 0)).result(timeout=20) == 0
+        event.listen(engine.sync_engine, "before_cursor_execute", record)
+        try:
+            for n in range(1, 6):
+                assert await (await client.start(tenfold_twice, n)).result(timeout=20) == n * 100
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", record)
+        assert runtime.handoff is not None and runtime.handoff.handed == 12
+    claims = [s for s in statements if s.startswith("WITH candidates AS MATERIALIZED")]
+    takes = [s for s in statements if s.startswith("WITH taken AS MATERIALIZED")]
+    assert claims == []
+    assert len(takes) == 5 * 3  # each run's three decisions, nothing more
+
+
+async def test_an_absorbed_notification_is_dropped_once(engine: AsyncEngine) -> None:
+    wakeups = Wakeups(engine)
+    heard: list[str] = []
+    try:
+        woken = await wakeups.subscribe("legato_test_absorb", heard.append)
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            wakeups.absorb("legato_test_absorb", driver.get_server_pid())
+            for payload in ("first", "second", "third"):
+                await conn.execute(select(func.pg_notify("legato_test_absorb", payload)))
+                await conn.commit()
+        # One session's notifications arrive in commit order: once "third" is in, the
+        # first was dropped and no absorb is left to drop another.
+        await eventually(lambda: "third" in heard, "the third notification")
+        assert heard == ["second", "third"]
+        assert woken.is_set()
+    finally:
+        await wakeups.close()
