@@ -39,6 +39,7 @@ from legato.arguments import (
 )
 from legato.db import check_database, connect, create_engine, resolve_schema
 from legato.engine.deploy import deploy_workflows
+from legato.engine.driver import DriverStatements
 from legato.engine.repositories import (
     decide_queue,
     definitions,
@@ -130,6 +131,7 @@ class Client:
         self._owns_engine = owns_engine
         self._wakeups = RunWakeups(engine, self.schema)
         self._versions = SpecVersions()
+        self._driver = DriverStatements(engine)
         self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
         # A run's workflow never changes: signalling a run again needs no read.
         self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
@@ -287,8 +289,11 @@ class Client:
         )
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
-            async with start_connection(connection, self._autocommit, self.schema) as conn:
-                await self._start(conn, [new])
+            if connection is None:
+                await runs.start_one(self._driver, new, "started")
+            else:
+                async with start_connection(connection, self._autocommit, self.schema) as conn:
+                    await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
         async with start_connection(connection, self.engine.begin, self.schema) as conn:
             if own is not None:
