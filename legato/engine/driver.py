@@ -16,7 +16,8 @@ invalidated and replaced before anything is sent; a connection lost while the
 statement was in flight is invalidated and raised as ``DatabaseUnavailable``, since
 the statement may or may not have committed. Only statements whose parameters need no
 SQLAlchemy bind processing belong here (scalars asyncpg encodes itself; JSON as text
-cast in SQL): ``_compiled`` refuses the others.
+cast in SQL; the statement's own constants are converted once): ``_compiled`` refuses
+the others.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ _GIVEN = object()
 _LOST = (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError)
 
 
+class _Unsent(Exception):
+    """The pooled connection is dead and the statement was not sent on it."""
+
+
 class DriverStatements:
     """Executes Core statements on ``engine``'s pooled asyncpg connections (one client's)."""
 
@@ -67,19 +72,39 @@ class DriverStatements:
             compiled = self._compiled[statement] = _compiled(self.engine, statement)
         return compiled
 
-    async def execute(self, statement: Executable, params: dict[str, Any]) -> None:
-        """Execute ``statement`` with ``params`` as one autocommit statement."""
+    async def execute(self, statement: Executable, params: dict[str, Any]) -> list[asyncpg.Record]:
+        """Execute ``statement`` with ``params`` as one autocommit statement; its rows
+        as the driver returns them."""
         compiled = self._compile(statement)
         args = compiled.args(params)
         while True:
             fairy = await self._checkout()
-            driver: asyncpg.Connection = fairy.driver_connection
-            if not driver.is_closed():
-                break
-            # Closed while idle in the pool: nothing was sent; drop it, take the next.
-            await greenlet_spawn(fairy.invalidate)
+            try:
+                return await self._run(fairy, compiled, args, params)
+            except _Unsent:
+                # The server closed it while it idled in the pool: drop it, take the next.
+                await greenlet_spawn(fairy.invalidate)
+            finally:
+                if fairy.is_valid:
+                    await greenlet_spawn(fairy.close)
+
+    async def _run(
+        self,
+        fairy: PoolProxiedConnection,
+        compiled: _Compiled,
+        args: list[Any],
+        params: dict[str, Any],
+    ) -> list[asyncpg.Record]:
+        driver: asyncpg.Connection = fairy.driver_connection
+        if driver.is_closed():
+            raise _Unsent
         try:
-            await driver.execute(compiled.sql, *args)
+            rows: list[asyncpg.Record] = await driver.fetch(compiled.sql, *args)
+        except asyncpg.InternalClientError as error:
+            # The driver refuses to start an operation while its protocol is not idle, as
+            # when the server's termination message arrived but not yet its end of file:
+            # raised before anything is sent.
+            raise _Unsent from error
         except asyncpg.IntegrityConstraintViolationError as error:
             raise IntegrityError(compiled.sql, params, error) from error
         except _LOST as error:
@@ -89,10 +114,7 @@ class DriverStatements:
                 f"during a statement ({error or type(error).__name__}); it may or may not "
                 "have committed: check before retrying"
             ) from error
-        finally:
-            if fairy.is_valid:
-                await greenlet_spawn(fairy.close)
-
+        return rows
 
     async def _checkout(self) -> PoolProxiedConnection:
         try:
@@ -118,8 +140,13 @@ def _compiled(engine: AsyncEngine, statement: Executable) -> _Compiled:
     for name in compiler.positiontup:
         bind = compiler.binds[name]
         kind = bind.type.dialect_impl(engine.dialect)
-        if kind.bind_processor(engine.dialect) is not None:
+        process = kind.bind_processor(engine.dialect)
+        # A statement's own values (a ``literal``, a compared enum) are anonymous, so
+        # unique, parameters: converted here, once.
+        if bind.unique:
+            binds.append((name, bind.value if process is None else process(bind.value)))
+        elif process is None:
+            binds.append((name, _GIVEN))
+        else:
             raise TypeError(f"parameter {name!r} ({kind!r}) needs SQLAlchemy's conversion")
-        # A statement's own values (``literal``) are anonymous, so unique, parameters.
-        binds.append((name, bind.value if bind.unique else _GIVEN))
     return _Compiled(sql, tuple(binds))

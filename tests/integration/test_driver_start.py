@@ -1,6 +1,7 @@
-"""``Client.start``'s one-statement path on the asyncpg driver connection
-(legato/engine/driver.py): durable before it returns, no transaction left open, and the
-errors of the SQLAlchemy path when the server closes or kills its connection."""
+"""``Client.start`` and ``Client.signal`` on the asyncpg driver connection
+(legato/engine/driver.py): durable before they return, no transaction left open, the
+errors of the SQLAlchemy path when the server closes or kills the connection, and a
+signal's typed errors when no read comes before it."""
 
 from __future__ import annotations
 
@@ -18,13 +19,16 @@ from legato import (
     DatabaseUnavailable,
     Flow,
     Node,
+    RunFinished,
+    RunNotFound,
     RunStatus,
     TaskContext,
     task,
+    uuid7,
     workflow,
 )
 from legato.db import create_engine
-from legato.schema import DecideQueue, RunEvents, Runs
+from legato.schema import DecideQueue, RunEvents, Runs, Signals
 from tests.helpers import count_rows, eventually
 
 
@@ -136,3 +140,23 @@ async def test_a_connection_lost_mid_start_is_database_unavailable_and_writes_no
     # The dead connection left the pool: the next start takes a live one.
     handle = await client.start(one, 4)
     assert await count_rows(admin, Runs, Runs.id == handle.run_id) == 1
+
+
+async def test_a_signal_from_a_client_without_an_app_is_one_statement_with_typed_errors(
+    client: Client, engine: AsyncEngine, admin: AsyncEngine
+) -> None:
+    running = await client.start(one, 5)
+    finished = await client.start(one, 6)
+    async with admin.connect() as conn:
+        await conn.execute(
+            text("UPDATE legato.runs SET status = 'CANCELLED', finished_at = now() WHERE id = :id"),
+            {"id": finished.run_id},
+        )
+    async with Client(engine) as bare:  # no app: nothing to check the payload against
+        await bare.signal(running.run_id, "go", {"n": 1})
+        assert await count_rows(admin, Signals, Signals.run_id == running.run_id) == 1
+        with pytest.raises(RunNotFound, match="no run"):
+            await bare.signal(uuid7(), "go", None)
+        with pytest.raises(RunFinished, match="already CANCELLED"):
+            await bare.signal(finished.run_id, "go", None)
+    assert await count_rows(admin, Signals) == 1
