@@ -165,10 +165,9 @@ class Unnest(Generic[R]):
 
     def insert_one(self, **constants: ColumnElement[Any]) -> Insert:
         """``INSERT INTO table (...) VALUES (...)`` of ONE row, each field a scalar
-        parameter of the same name as its array (bound by ``bind_one``). Its plans do not
-        depend on a batch size, so PostgreSQL settles on a generic plan after five
-        executions; an ``unnest`` of array parameters is planned afresh every time (the
-        generic estimate of an array's length makes the custom plan look cheaper)."""
+        parameter of the same name as its array (bound by ``bind_one``): parameters the
+        driver encodes itself, where an array parameter goes through SQLAlchemy's
+        ``ARRAY`` conversion (legato/engine/driver.py runs only the former)."""
         values: dict[str, Any] = {}
         for name, target in self.targets.items():
             param: ColumnElement[Any] = bindparam(self._params[name], type_=_element(target))
