@@ -10,11 +10,13 @@ of the engine's own pool, runs the text on the driver (asyncpg's prepared-statem
 cache) outside any transaction, so it commits on its own, and returns the connection.
 
 The errors stay those of the SQLAlchemy path: a constraint violation is raised as
-``sqlalchemy.exc.IntegrityError`` (callers already turn it into ``RunAlreadyExists``);
+``sqlalchemy.exc.IntegrityError`` (callers already turn it into ``RunAlreadyExists``),
+another server error as ``DBAPIError``;
 a pooled connection the server has closed (a restart, a terminated backend) is
 invalidated and replaced before anything is sent; a connection lost while the
 statement was in flight is invalidated and raised as ``DatabaseUnavailable``, since
-the statement may or may not have committed. Only statements whose parameters need no
+the statement may or may not have committed; a connection whose statement was cancelled
+is invalidated, not returned. Only statements whose parameters need no
 SQLAlchemy bind processing belong here (scalars asyncpg encodes itself; JSON as text
 cast in SQL; the statement's own constants are converted once): ``_compiled`` refuses
 the others.
@@ -84,6 +86,13 @@ class DriverStatements:
             except _Unsent:
                 # The server closed it while it idled in the pool: drop it, take the next.
                 await greenlet_spawn(fairy.invalidate)
+            except (DBAPIError, DatabaseUnavailable):
+                raise  # the statement failed, or the connection was dropped already
+            except BaseException:
+                # Cancelled mid-statement: the driver may still be busy with it, so the
+                # connection must not serve anyone else.
+                await greenlet_spawn(fairy.invalidate)
+                raise
             finally:
                 if fairy.is_valid:
                     await greenlet_spawn(fairy.close)
@@ -114,6 +123,8 @@ class DriverStatements:
                 f"during a statement ({error or type(error).__name__}); it may or may not "
                 "have committed: check before retrying"
             ) from error
+        except asyncpg.PostgresError as error:  # as SQLAlchemy would raise it
+            raise DBAPIError(compiled.sql, params, error) from error
         return rows
 
     async def _checkout(self) -> PoolProxiedConnection:
