@@ -39,6 +39,7 @@ from legato.arguments import (
 )
 from legato.db import check_database, connect, create_engine, resolve_schema
 from legato.engine.deploy import deploy_workflows
+from legato.engine.driver import DriverStatements
 from legato.engine.repositories import (
     decide_queue,
     definitions,
@@ -130,6 +131,7 @@ class Client:
         self._owns_engine = owns_engine
         self._wakeups = RunWakeups(engine, self.schema)
         self._versions = SpecVersions()
+        self._driver = DriverStatements(engine)
         self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
         # A run's workflow never changes: signalling a run again needs no read.
         self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
@@ -287,8 +289,11 @@ class Client:
         )
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
-            async with start_connection(connection, self._autocommit, self.schema) as conn:
-                await self._start(conn, [new])
+            if connection is None:
+                await runs.start_one(self._driver, new, "started")
+            else:
+                async with start_connection(connection, self._autocommit, self.schema) as conn:
+                    await self._start(conn, [new])
             return RunHandle(self, new_id, _typed(workflow))
         async with start_connection(connection, self.engine.begin, self.schema) as conn:
             if own is not None:
@@ -414,15 +419,17 @@ class Client:
         check_name("signal name", name, InvalidArgument)
         what = f"signal {name!r}"
         workflow_name = self._workflow_of.get(run_id)
-        if workflow_name is None:
+        if workflow_name is None and self.app is not None:
+            # The payload is checked against the model of the run's workflow.
             run = await self._read(lambda conn: self._running(conn, run_id, what))
             workflow_name = run.workflow_name
         data = self._signal_payload(workflow_name, name, payload)
-        async with self._autocommit() as conn:
-            if not await signals.send(conn, run_id, name, data):
-                self._workflow_of.pop(run_id, None)
-                await self._running(conn, run_id, what)  # says why
-                raise RunFinished(f"cannot {what}: run {run_id} has just finished")
+        if not await signals.send_now(self._driver, run_id, name, data):
+            self._workflow_of.pop(run_id, None)
+            await self._read(lambda conn: self._running(conn, run_id, what))  # says why
+            raise RunFinished(f"cannot {what}: run {run_id} has just finished")
+        if workflow_name is None:
+            return
         self._workflow_of[run_id] = workflow_name
         self._workflow_of.move_to_end(run_id)
         if len(self._workflow_of) > _REMEMBERED_RUNS:
@@ -451,8 +458,12 @@ class Client:
                     delivered.append(run_id)
         return delivered
 
-    def _signal_payload(self, workflow_name: str, name: str, payload: Any) -> JsonValue:
-        definition = self.app.workflows.get(workflow_name) if self.app is not None else None
+    def _signal_payload(self, workflow_name: str | None, name: str, payload: Any) -> JsonValue:
+        definition = (
+            self.app.workflows.get(workflow_name)
+            if self.app is not None and workflow_name is not None
+            else None
+        )
         if definition is not None:
             try:
                 data = definition.validate_event(name, payload)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from legato.engine.deploy import store_version
 from legato.errors import ConfigurationError
 from legato.flow import App, WorkflowDefinition
+from legato.flow.spec import WorkflowSpec
 from legato.schema import SCHEMA_PLACEHOLDER
 
 
@@ -20,13 +21,22 @@ class SpecVersions:
 
     def __init__(self) -> None:
         self._versions: dict[tuple[str, str], int] = {}
+        # The last spec seen under each name and its hash: hashing a spec serialises
+        # it (~80 µs), and a spec is frozen, so the same object hashes the same.
+        self._hashes: dict[str, tuple[WorkflowSpec, str]] = {}
+
+    def _key(self, workflow: WorkflowDefinition) -> tuple[str, str]:
+        seen = self._hashes.get(workflow.name)
+        if seen is None or seen[0] is not workflow.spec:
+            seen = self._hashes[workflow.name] = (workflow.spec, workflow.spec_hash)
+        return workflow.name, seen[1]
 
     def known(self, workflow: WorkflowDefinition) -> int | None:
         """The spec's remembered version; None if this client has not seen it commit."""
-        return self._versions.get((workflow.name, workflow.spec_hash))
+        return self._versions.get(self._key(workflow))
 
     def remember(self, workflow: WorkflowDefinition, version: int) -> None:
-        self._versions[(workflow.name, workflow.spec_hash)] = version
+        self._versions[self._key(workflow)] = version
 
     async def version_of(self, conn: AsyncConnection, workflow: WorkflowDefinition) -> int:
         """The spec's stored version, storing it (and its children's) in ``conn``'s

@@ -163,6 +163,26 @@ class Unnest(Generic[R]):
         values.update(constants)
         return insert(self.table.table).from_select(list(values), select(*values.values()))
 
+    def insert_one(self, **constants: ColumnElement[Any]) -> Insert:
+        """``INSERT INTO table (...) VALUES (...)`` of ONE row, each field a scalar
+        parameter of the same name as its array (bound by ``bind_one``): parameters the
+        driver encodes itself, where an array parameter goes through SQLAlchemy's
+        ``ARRAY`` conversion (legato/engine/driver.py runs only the former)."""
+        values: dict[str, Any] = {}
+        for name, target in self.targets.items():
+            param: ColumnElement[Any] = bindparam(self._params[name], type_=_element(target))
+            values[target.key] = cast(param, JSONB) if _funnel(target) else param
+        values.update(constants)
+        return insert(self.table.table).values(values)
+
+    def bind_one(self, row: R) -> dict[str, Any]:
+        """The scalar parameters of ``insert_one`` for one row."""
+        fields = row if self._as_tuple is None else self._as_tuple(row)
+        return {
+            param: fields[index] if funnel is None else funnel(fields[index])  # type: ignore[index]
+            for param, index, funnel in self._binds
+        }
+
     def update(
         self, *where: ColumnElement[bool], keys: Collection[str], **constants: Any
     ) -> Update:

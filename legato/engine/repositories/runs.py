@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
+    Insert,
     Select,
     Text,
     Update,
@@ -28,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.driver import DriverStatements
 from legato.engine.repositories.params import Unnest, in_array, uuid_array
 from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
 from legato.schema.values import TaskError
@@ -119,33 +121,43 @@ class NewRun:
 _NEW_RUNS = Unnest("given", NewRun, Runs, columns={"run_id": Runs.id})
 
 
-@cache
-def _start_statement() -> Select[uuid.UUID]:
-    inserted = (
-        _NEW_RUNS.insert(status=literal(RunStatus.RUNNING.value, Text()))
-        .returning(Runs.id, Runs.scheduled_at)
-        .cte("started")
-    )
+def _with_history_and_queue(inserted: Insert) -> Select[uuid.UUID]:
+    """``inserted`` (an INSERT of RUNNING runs) with each run's first history event and
+    its decide_queue row (available at ``scheduled_at`` or now), as data-modifying CTEs."""
+    started = inserted.returning(Runs.id, Runs.scheduled_at).cte("started")
     history = insert(RunEvents.table).from_select(
         ["run_id", "seq", "type"],
-        select(inserted.c.id, literal(1, BigInteger()), literal("run_started", Text())),
+        select(started.c.id, literal(1, BigInteger()), literal("run_started", Text())),
     )
     queued = insert(DecideQueue.table).from_select(
         ["run_id", "reason", "available_at"],
         select(
-            inserted.c.id,
+            started.c.id,
             bindparam("reason", type_=Text()),
-            func.coalesce(inserted.c.scheduled_at, func.now()),
-        ).order_by(inserted.c.id),
+            func.coalesce(started.c.scheduled_at, func.now()),
+        ).order_by(started.c.id),
     )
-    return select(inserted.c.id).add_cte(history.cte("history"), queued.cte("queued"))
+    return select(started.c.id).add_cte(history.cte("history"), queued.cte("queued"))
+
+
+_RUNNING = literal(RunStatus.RUNNING.value, Text())
+
+
+@cache
+def _start_statement() -> Select[uuid.UUID]:
+    return _with_history_and_queue(_NEW_RUNS.insert(status=_RUNNING))
+
+
+@cache
+def _start_one_statement() -> Select[uuid.UUID]:
+    return _with_history_and_queue(_NEW_RUNS.insert_one(status=_RUNNING))
 
 
 async def start_runs(conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str) -> None:
-    """Start runs in ONE statement (Client.start / start_many, and the decider for child
-    runs): insert the RUNNING runs, their first history event and their decide_queue
-    rows (available at ``scheduled_at`` or now); the decide_queue trigger NOTIFYs the
-    deciders.
+    """Start runs in ONE statement (Client.start_many, Client.start with an idempotency
+    key or a caller's connection, and the decider for child runs): insert the RUNNING
+    runs, their first history event and their decide_queue rows (available at
+    ``scheduled_at`` or now); the decide_queue trigger NOTIFYs the deciders.
 
     A single statement is atomic on its own, so a start outside a transaction is one
     round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
@@ -154,6 +166,14 @@ async def start_runs(conn: AsyncConnection, new_runs: Sequence[NewRun], reason: 
     """
     if new_runs:
         await conn.execute(_start_statement(), {**_NEW_RUNS.bind(new_runs), "reason": reason})
+
+
+async def start_one(driver: DriverStatements, new: NewRun, reason: str) -> None:
+    """Start ONE run, committed on its own (Client.start without an idempotency key or a
+    caller's connection): the rows of ``start_runs`` from scalar parameters, on the
+    asyncpg driver path (legato/engine/driver.py) — the hottest single-row write a
+    client makes. Primary keys of ``runs``, ``run_events`` and ``decide_queue``."""
+    await driver.execute(_start_one_statement(), {**_NEW_RUNS.bind_one(new), "reason": reason})
 
 
 @cache

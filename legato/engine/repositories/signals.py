@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.driver import DriverStatements
 from legato.engine.repositories.params import Unnest, in_array, uuid_array
 from legato.schema import DecideQueue, Runs, RunStatus, Signals
 from legato.schema.types import JSON_VALUE
@@ -67,16 +68,26 @@ async def send(
     SHARE, which a decider's NO KEY UPDATE lets through). The signal's id is the
     column default, ``uuid7_v1()`` (``uuidv7()`` on PostgreSQL 18). Primary keys;
     built once."""
-    result = await conn.execute(
-        _send_statement(),
-        {
-            "run_id": run_id,
-            "name": name,
-            "payload": JSON_VALUE.dump_text(payload),
-            "reason": f"signal {name}"[:200],
-        },
-    )
+    result = await conn.execute(_send_statement(), _send_params(run_id, name, payload))
     return result.first() is not None
+
+
+async def send_now(
+    driver: DriverStatements, run_id: uuid.UUID, name: str, payload: JsonValue
+) -> bool:
+    """``send`` committed on its own, on the asyncpg driver path (legato/engine/driver.py):
+    Client.signal, a step of the wake latency. Primary keys; built once."""
+    rows = await driver.execute(_send_statement(), _send_params(run_id, name, payload))
+    return bool(rows)
+
+
+def _send_params(run_id: uuid.UUID, name: str, payload: JsonValue) -> dict[str, object]:
+    return {
+        "run_id": run_id,
+        "name": name,
+        "payload": JSON_VALUE.dump_text(payload),
+        "reason": f"signal {name}"[:200],
+    }
 
 
 @dataclass(frozen=True)
