@@ -138,8 +138,16 @@ async def test_the_transaction_is_bounded_by_start_to_close(engine: AsyncEngine)
         await transactions.bound(conn, timedelta(milliseconds=1500))
         settings = [
             (await conn.execute(text(f"SHOW {name}"))).scalar_one()
-            for name in ("statement_timeout", "idle_in_transaction_session_timeout")
+            for name in (
+                "statement_timeout",
+                "idle_in_transaction_session_timeout",
+                "plan_cache_mode",
+            )
         ]
-    assert settings == ["1500ms", "1500ms"]
+    # The body's own queries are planned as PostgreSQL does by default, not forced generic.
+    assert settings == ["1500ms", "1500ms", "auto"]
     async with engine.connect() as conn:  # SET LOCAL: gone with the transaction
         assert (await conn.execute(text("SHOW statement_timeout"))).scalar_one() == "0"
+        assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == (
+            "force_generic_plan"
+        )
