@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFailed, RunStatus, Runtime, TaskState
@@ -50,11 +50,33 @@ async def _wait_for(
         await asyncio.sleep(0.2)
 
 
-async def _deciders(database_url: str, count: int = 3) -> list[asyncio.subprocess.Process]:
-    return [
+async def _deciders(
+    database_url: str, engine: AsyncEngine, count: int = 3
+) -> list[asyncio.subprocess.Process]:
+    """``count`` decider processes, returned once each is listening: a process stopped
+    while still importing would die of the SIGTERM instead of stopping gracefully."""
+    processes = [
         await _spawn(database_url, "decider", "--app", APP, "--poll-interval", "0.2")
         for _ in range(count)
     ]
+    deadline = time.monotonic() + 60
+    while await _listening(engine) < count:
+        assert time.monotonic() < deadline, f"only {await _listening(engine)} deciders started"
+        await asyncio.sleep(0.1)
+    return processes
+
+
+async def _listening(engine: AsyncEngine) -> int:
+    """Processes holding a LISTEN connection to this database (one per decider; their
+    signal handlers are installed before they connect)."""
+    async with engine.connect() as conn:
+        listening = await conn.execute(
+            text(
+                "SELECT count(DISTINCT pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+            )
+        )
+        return int(listening.scalar_one())
 
 
 async def _stop_all(processes: list[asyncio.subprocess.Process]) -> None:
@@ -66,7 +88,7 @@ async def _stop_all(processes: list[asyncio.subprocess.Process]) -> None:
 async def test_three_deciders_fire_each_tick_once_and_catch_up_by_policy(
     database_url: str, engine: AsyncEngine
 ) -> None:
-    deciders = await _deciders(database_url)
+    deciders = await _deciders(database_url, engine)
     try:
         await _wait_for(engine, lambda f: len(f.get("all", [])) >= 4)
     finally:
@@ -75,7 +97,7 @@ async def test_three_deciders_fire_each_tick_once_and_catch_up_by_policy(
     # Downtime: no decider runs, so these ticks are missed.
     await asyncio.sleep(5)
     restart = datetime.now(UTC)
-    deciders = await _deciders(database_url)
+    deciders = await _deciders(database_url, engine)
     try:
         fired = await _wait_for(
             engine,
