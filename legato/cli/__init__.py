@@ -270,6 +270,18 @@ def add_poll(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_startup_timeout(parser: argparse.ArgumentParser) -> None:
+    """``--startup-timeout``: how long a long-running process retries the database at start."""
+    parser.add_argument(
+        "--startup-timeout",
+        type=seconds,
+        default=60.0,
+        metavar="S",
+        help="at start, seconds to keep retrying an unreachable database before exiting "
+        "(default: 60; once running, a process retries forever)",
+    )
+
+
 def bad_argument(arguments: Sequence[str]) -> str | None:
     """Why one of ``arguments`` can never be right, or None: a NUL byte (PostgreSQL text
     cannot hold one) or bytes that are not UTF-8 (decoded by Python as surrogates)."""

@@ -12,7 +12,15 @@ from datetime import timedelta
 from typing import Any
 
 from legato import webhooks
-from legato.cli import command, connected, group, nonempty, number_in, render
+from legato.cli import (
+    add_startup_timeout,
+    command,
+    connected,
+    group,
+    nonempty,
+    number_in,
+    render,
+)
 from legato.db import create_engine, resolve_schema, resolve_url
 from legato.engine.relay import RelaySettings
 from legato.engine.repositories.outbox import Delivery
@@ -284,13 +292,7 @@ pip install 'legato[webhooks]'. Delivery is at least once: dedupe on Legato-Even
     parser.add_argument(
         "--poll-interval", type=seconds, default=1.0, metavar="S", help="poll every S (default: 1)"
     )
-    parser.add_argument(
-        "--startup-timeout",
-        type=seconds,
-        default=60.0,
-        metavar="S",
-        help="wait up to S for the database at start (default: 60)",
-    )
+    add_startup_timeout(parser)
     parser.add_argument(
         "--request-timeout",
         type=seconds,

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from legato import migrations
-from legato.cli import add_poll, command, concurrency, nonempty, number_in, seconds
+from legato.cli import (
+    add_poll,
+    add_startup_timeout,
+    command,
+    concurrency,
+    nonempty,
+    number_in,
+    seconds,
+)
 from legato.cli.apps import add_app, load_app
 from legato.client import Client
 from legato.db import create_engine, resolve_schema, resolve_url
@@ -142,23 +150,12 @@ def _add_loop_options(parser: argparse.ArgumentParser, *, startup_timeout: bool 
     so it has no start-up retry)."""
     add_poll(parser)
     if startup_timeout:
-        _add_startup_timeout(parser)
+        add_startup_timeout(parser)
     parser.add_argument(
         "--metrics-port",
         type=_port,
         metavar="PORT",
         help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs legato[prometheus])",
-    )
-
-
-def _add_startup_timeout(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--startup-timeout",
-        type=seconds,
-        default=60.0,
-        metavar="S",
-        help="at start, seconds to keep retrying an unreachable database before exiting "
-        "(default: 60; once running, a process retries forever)",
     )
 
 

@@ -51,9 +51,9 @@ async def write(conn: AsyncConnection, writes: Writes, now: datetime) -> set[uui
     """Apply a batch's writes in one statement (decider loop, under the runs' locks);
     returns the task ids of the fenced moves that applied (a stale one is absent).
 
-    A part with no rows is an ``unnest`` of empty arrays: it writes nothing (the
-    planner folds it away), and the statement keeps its shape. Two parts are left out
-    when they have no rows, so there are four shapes: the ``task_queue`` insert,
+    A part with no rows is an ``unnest`` of empty arrays: it writes nothing, at next
+    to no cost, and the statement keeps its shape. Two parts are left out when they
+    have no rows, so there are four shapes: the ``task_queue`` insert,
     because its statement trigger NOTIFYs the workers even for no rows, and the
     ``outbox`` insert, whose join of ``runs`` and ``webhook_endpoints`` is planned
     even for no rows (most decisions neither start nor finish a run). Each part is
