@@ -3,8 +3,9 @@ value and what to pass instead, before anything is written."""
 
 from __future__ import annotations
 
-import math
 import uuid
+from datetime import timedelta
+from typing import TypeGuard
 
 from legato.errors import ConfigurationError, InvalidArgument, InvalidRunId
 from legato.schema import RunStatus
@@ -32,7 +33,7 @@ def check_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     # `not timeout >= 0` also refuses NaN.
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0:
+    if not _is_number(timeout) or not timeout >= 0:
         raise InvalidArgument(
             f"timeout {timeout!r} must be a number of seconds >= 0, or None to wait forever"
         )
@@ -40,8 +41,70 @@ def check_timeout(timeout: object) -> float | None:
 
 
 def check_max_payload(value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(f"max_payload_bytes={value!r} must be a positive int of bytes")
+    check_bytes("max_payload_bytes", value)
+
+
+def check_bytes(option: str, value: object) -> int:
+    """A size option: a positive int of bytes."""
+    if not _is_int(value) or value < 1:
+        raise ConfigurationError(f"{option}={value!r} must be a positive int of bytes")
+    return value
+
+
+# The ranges of the numeric options, the same in the Python API and on the command line.
+MAX_CONCURRENCY = 10_000
+MAX_DECIDERS = 64
+MAX_BATCH_SIZE = 10_000
+MAX_POLL_INTERVAL = 3600.0
+MAX_SECONDS = 366 * 86400.0
+
+
+def check_count(option: str, value: object, most: int = MAX_CONCURRENCY) -> int:
+    """A count option (``concurrency``, ``deciders``, a batch size): an int from 1 to
+    ``most``; ``ConfigurationError`` naming the option and the value otherwise."""
+    if not _is_int(value) or not 1 <= value <= most:
+        raise ConfigurationError(f"{option}={value!r} must be an int from 1 to {most}")
+    return value
+
+
+def check_seconds(option: str, value: object, most: float = MAX_SECONDS) -> float:
+    """A duration option given in seconds: a finite number from 0 to ``most``."""
+    # `not 0 <= value` also refuses NaN.
+    if not _is_number(value) or not 0 <= value <= most:
+        raise ConfigurationError(
+            f"{option}={value!r} must be a number of seconds from 0 to {most:g}"
+        )
+    return float(value)
+
+
+def check_poll_interval(value: object) -> float:
+    if not _is_number(value) or not 0 < value <= MAX_POLL_INTERVAL:
+        raise ConfigurationError(
+            f"poll_interval={value!r} must be a positive number of seconds, at most "
+            f"{MAX_POLL_INTERVAL:g}"
+        )
+    return float(value)
+
+
+def check_duration(
+    option: str, value: object, example: str, most: timedelta = timedelta(days=366)
+) -> timedelta:
+    """A duration option given as a ``timedelta``: above zero and at most ``most`` (a
+    near ``timedelta.max`` overflows the datetimes it is added to)."""
+    if not isinstance(value, timedelta) or not timedelta(0) < value <= most:
+        raise ConfigurationError(
+            f"{option}={value!r} must be a timedelta above zero and at most {most.days} "
+            f"days, e.g. {example}"
+        )
+    return value
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def run_status(value: object) -> RunStatus:
@@ -52,16 +115,11 @@ def run_status(value: object) -> RunStatus:
 
 
 def check_after_seq(after_seq: object) -> int:
-    if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
+    if not _is_int(after_seq) or after_seq < 0:
         raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0")
     return after_seq
 
 
-def check_poll_interval(value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
-        raise ConfigurationError(f"poll_interval={value!r} must be a positive number of seconds")
-
-
 def check_limit(limit: object) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+    if not _is_int(limit) or not 1 <= limit <= 1000:
         raise InvalidArgument(f"limit={limit!r} must be an int between 1 and 1000")

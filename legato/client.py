@@ -31,13 +31,14 @@ from legato.arguments import (
     RunId,
     as_run_id,
     check_after_seq,
+    check_duration,
     check_limit,
     check_max_payload,
     check_poll_interval,
     check_timeout,
     run_status,
 )
-from legato.db import check_database, connect, create_engine, resolve_schema
+from legato.db import check_database, connect, create_engine, engine_schema, resolve_schema
 from legato.engine.deploy import deploy_workflows
 from legato.engine.driver import DriverStatements
 from legato.engine.repositories import (
@@ -99,6 +100,9 @@ _HISTORY_PAGE = 10_000
 # How many runs' workflow names a Client remembers for signal().
 _REMEMBERED_RUNS = 10_000
 
+# An idempotency key kept longer than this would outlive any sensible retry.
+_MAX_RETENTION = timedelta(days=3660)
+
 
 class Client:
     """Talks to Legato's tables; safe to share across tasks of one event loop."""
@@ -113,20 +117,18 @@ class Client:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         owns_engine: bool = False,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            raise ConfigurationError(
-                f"Client(engine) needs an AsyncEngine from legato.create_engine(), "
-                f"not {type(engine).__name__}; or use `await Client.connect(url)`"
-            )
+        self.schema = engine_schema(engine, "Client(engine)")
         if app is not None and not isinstance(app, App):
             raise ConfigurationError(f"Client(app=...) must be a legato.App, not {app!r}")
         check_max_payload(max_payload_bytes)
         check_poll_interval(poll_interval)
+        check_duration(
+            "idempotency_retention", idempotency_retention, "timedelta(days=30)", _MAX_RETENTION
+        )
         self.engine = engine
         self.app = app
         self.max_payload_bytes = max_payload_bytes
         self.idempotency_retention = idempotency_retention
-        self.schema = str(engine.get_execution_options()["schema_translate_map"]["legato"])
         self.poll_interval = float(poll_interval)
         self._owns_engine = owns_engine
         self._wakeups = RunWakeups(engine, self.schema)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,22 +28,57 @@ MAX_SCHEMA_NAME_LENGTH = IDENTIFIER_LIMIT - LONGEST_DERIVED_SUFFIX
 _IDENTIFIER = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}")
 
 
-def validate_schema_name(schema: str) -> str:
+def validate_schema_name(schema: object) -> str:
     """A schema name Legato accepts: at most 53 ASCII letters, digits and underscores, not
-    starting with a digit, so that every name derived from it fits PostgreSQL's limit."""
+    starting with a digit, so that every name derived from it fits PostgreSQL's limit, and
+    not one PostgreSQL keeps for itself (``pg_...``, ``information_schema``).
+
+    The one check of every ``schema`` Legato takes: ``--schema``, ``LEGATO_SCHEMA``,
+    ``create_engine``, ``Client.connect``, ``SyncClient``, the migrations."""
+    if not isinstance(schema, str):
+        raise ConfigurationError(
+            f"schema={schema!r} must be a string naming a PostgreSQL schema, e.g. 'legato'"
+        )
     if not _IDENTIFIER.fullmatch(schema):
         raise ConfigurationError(
-            f"invalid schema name {schema!r}: use at most {MAX_SCHEMA_NAME_LENGTH} ASCII "
+            f"invalid schema name {schema!r}: use 1 to {MAX_SCHEMA_NAME_LENGTH} ASCII "
             "letters, digits and underscores, not starting with a digit (Legato's NOTIFY "
             f"channels append up to {LONGEST_DERIVED_SUFFIX} characters to it and PostgreSQL "
             f"names stop at {IDENTIFIER_LIMIT})"
+        )
+    if schema.lower().startswith("pg_") or schema.lower() == "information_schema":
+        raise ConfigurationError(
+            f"invalid schema name {schema!r}: PostgreSQL reserves pg_... and "
+            "information_schema for its own catalogs; pick another name, e.g. 'legato'"
         )
     return schema
 
 
 def resolve_schema(schema: str | None) -> str:
-    """``--schema``, else ``LEGATO_SCHEMA``, else ``legato``; validated."""
-    return validate_schema_name(schema or os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA)
+    """``schema`` (``--schema``), else ``LEGATO_SCHEMA``, else ``legato``; validated. An
+    empty ``schema`` is refused, not taken for the default."""
+    if schema is None:
+        schema = os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA
+    return validate_schema_name(schema)
+
+
+def engine_schema(engine: object, owner: str) -> str:
+    """The schema an engine made by ``create_engine`` targets; ``ConfigurationError``
+    naming ``owner`` for anything else (an engine of ``create_async_engine`` names no
+    schema, so Legato could not tell which tables to use)."""
+    if not isinstance(engine, AsyncEngine):
+        raise ConfigurationError(
+            f"{owner} needs an AsyncEngine from legato.create_engine(url, schema), "
+            f"not {type(engine).__name__}"
+        )
+    mapping = engine.get_execution_options().get("schema_translate_map") or {}
+    if SCHEMA_PLACEHOLDER not in mapping:
+        raise ConfigurationError(
+            f"{owner}: the engine for {where(engine.url)} was not made by "
+            "legato.create_engine(url, schema), so it names no Legato schema: make it with "
+            "legato.create_engine, which takes the same engine options"
+        )
+    return validate_schema_name(mapping[SCHEMA_PLACEHOLDER])
 
 
 _PORT_RULE = "use a number from 1 to 65535 (PostgreSQL's default is 5432)"
@@ -77,6 +113,8 @@ def resolve_url(url: str | None) -> URL:
     including a Unix-socket directory given as ``?host=/dir``. Ports (in the URL,
     ``?port=`` or ``?host=name:port``) must be 1 to 65535.
     """
+    if url is not None and not isinstance(url, str):
+        raise ConfigurationError(f"database URL {url!r} must be a string or a sqlalchemy URL")
     raw = url or os.environ.get("LEGATO_DATABASE_URL")
     if not raw:
         raise ConfigurationError(
@@ -149,10 +187,15 @@ def create_engine(
         **connect_args.get("server_settings", {}),
     }
     options["connect_args"] = connect_args
-    engine = create_async_engine(target, **options)
-    return engine.execution_options(
-        schema_translate_map={SCHEMA_PLACEHOLDER: resolve_schema(schema)}
-    )
+    schema = resolve_schema(schema)
+    try:
+        engine = create_async_engine(target, **options)
+    except (TypeError, ArgumentError) as error:  # an option SQLAlchemy does not take
+        raise ConfigurationError(
+            f"create_engine: SQLAlchemy refused the engine options {sorted(engine_options)}: "
+            f"{error}"
+        ) from None
+    return engine.execution_options(schema_translate_map={SCHEMA_PLACEHOLDER: schema})
 
 
 def read_server_version_num(conn: Connection) -> int:
@@ -199,14 +242,60 @@ def where(url: URL) -> str:
     return f"{host}{port}/{url.database or ''}"
 
 
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then what it wraps: SQLAlchemy's driver error, each ``__cause__``."""
+    cause: BaseException | None = error
+    seen: list[BaseException] = []
+    while cause is not None and cause not in seen:
+        seen.append(cause)
+        yield cause
+        cause = cause.orig if isinstance(cause, DBAPIError) else cause.__cause__
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def outage_cause(error: BaseException) -> str:
+    """Why the server could not be reached, in a few words and without errno numbers
+    (``[Errno 2] No such file or directory`` from a Unix-socket connect says nothing to
+    an operator): for messages and log lines."""
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, FileNotFoundError):
+        return "no server socket in that directory"
+    if isinstance(error, socket.gaierror):
+        return f"unknown host ({str(error.strerror or error).lower()})"
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    if isinstance(error, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
+        return "connection lost"
+    text = _ERRNO.sub("", str(error)).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _unreachable(error: BaseException) -> bool:
+    return isinstance(error, OSError | _PASSING)
+
+
+def outage(error: BaseException) -> str | None:
+    """``the database is unavailable (<cause>)`` when ``error`` is a failure to reach the
+    database or a connection to it lost, None for anything else: what the loops log for
+    an outage, whichever layer (driver, pool, SQLAlchemy) raised it."""
+    for cause in _causes(error):
+        if isinstance(cause, DatabaseUnavailable):
+            return f"the database is unavailable ({cause})"
+        if isinstance(cause, _LASTING):
+            return f"the database is unavailable ({cause})"
+        if _unreachable(cause):
+            return f"the database is unavailable ({outage_cause(cause)})"
+    return None
+
+
 def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None:
     """The ``DatabaseUnavailable`` a failure to connect to ``url`` stands for (refused,
     unknown host, timeout, wrong password or role, no such database, server starting),
     or None when ``error`` is something else. ``retryable`` says whether waiting helps."""
-    cause: BaseException | None = error
-    seen: list[BaseException] = []
-    while cause is not None and cause not in seen:  # SQLAlchemy wraps the driver's error
-        seen.append(cause)
+    for cause in _causes(error):  # SQLAlchemy wraps the driver's error
         if isinstance(cause, _LASTING):
             return DatabaseUnavailable(
                 f"cannot connect to the database at {where(url)}: {cause} "
@@ -214,14 +303,12 @@ def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None
                 "LEGATO_DATABASE_URL)",
                 retryable=False,
             )
-        if isinstance(cause, (OSError, *_PASSING)):
-            detail = str(cause) or type(cause).__name__
+        if _unreachable(cause):
             return DatabaseUnavailable(
-                f"cannot reach the database at {where(url)}: {detail} "
+                f"cannot reach the database at {where(url)}: {outage_cause(cause)} "
                 "(is PostgreSQL running there, and is --database-url / LEGATO_DATABASE_URL "
                 "right?)"
             )
-        cause = cause.orig if isinstance(cause, DBAPIError) else cause.__cause__
     return None
 
 

@@ -27,7 +27,16 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import as_unavailable, check_database
+from legato.arguments import (
+    MAX_BATCH_SIZE,
+    MAX_DECIDERS,
+    check_bytes,
+    check_count,
+    check_duration,
+    check_poll_interval,
+    check_seconds,
+)
+from legato.db import as_unavailable, check_database, engine_schema
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
 from legato.engine.handoff import LocalHandoff
@@ -40,6 +49,7 @@ from legato.engine.timer_loop import TimerLoop
 from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
+from legato.limits import check_name
 from legato.observability import metrics
 from legato.observability.sampler import BacklogSampler
 
@@ -55,6 +65,30 @@ class Roles:
     timer: bool = True
     deploy: bool = True
     relay: bool = False  # webhook deliveries from the outbox (needs legato[webhooks])
+
+    def __post_init__(self) -> None:
+        for role, value in vars(self).items():
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"Roles({role}={value!r}): a role is True or False")
+
+
+def _check_queues(queues: object) -> tuple[str, ...]:
+    if isinstance(queues, str) or not isinstance(queues, tuple | list) or not queues:
+        raise ConfigurationError(
+            f"queues={queues!r} must be a non-empty tuple of queue names, e.g. ('default',)"
+        )
+    return tuple(check_name("queues: queue", queue, ConfigurationError) for queue in queues)
+
+
+def _check_restarts(restarts: object) -> None:
+    if not isinstance(restarts, RestartPolicy):
+        raise ConfigurationError(f"restarts={restarts!r} must be a RestartPolicy")
+    if not isinstance(restarts.max_restarts, int) or restarts.max_restarts < 0:
+        raise ConfigurationError(
+            f"RestartPolicy(max_restarts={restarts.max_restarts!r}) must be an int >= 0"
+        )
+    for option in ("first_delay", "max_delay", "healthy_after"):
+        check_seconds(f"RestartPolicy({option})", getattr(restarts, option))
 
 
 class Runtime:
@@ -80,14 +114,27 @@ class Runtime:
         decision_retry_delay: timedelta = timedelta(seconds=2),
         relay: RelaySettings | None = None,
     ) -> None:
-        if lease <= timedelta(0):
-            raise ConfigurationError(
-                f"lease must be positive, got {lease}: pass e.g. timedelta(seconds=30)"
-            )
-        if max_decision_failures < 1:
-            raise ConfigurationError(
-                f"max_decision_failures must be at least 1, got {max_decision_failures}"
-            )
+        self.schema = engine_schema(engine, "Runtime")
+        if not isinstance(app, App):
+            raise ConfigurationError(f"Runtime(engine, app) needs a legato.App, not {app!r}")
+        if not isinstance(roles, Roles):
+            raise ConfigurationError(f"roles={roles!r} must be a legato.Roles")
+        if queues is not None:
+            queues = _check_queues(queues)
+        check_count("concurrency", concurrency)
+        check_count("deciders", deciders, MAX_DECIDERS)
+        check_count("decide_batch_size", decide_batch_size, MAX_BATCH_SIZE)
+        check_count("max_decision_failures", max_decision_failures)
+        check_duration("lease", lease, "timedelta(seconds=30)")
+        check_duration("decision_retry_delay", decision_retry_delay, "timedelta(seconds=2)")
+        check_poll_interval(poll_interval)
+        check_seconds("grace_period", grace_period)
+        check_seconds("startup_timeout", startup_timeout)
+        check_bytes("max_output_bytes", max_output_bytes)
+        if restarts is not None:
+            _check_restarts(restarts)
+        if relay is not None and not isinstance(relay, RelaySettings):
+            raise ConfigurationError(f"relay={relay!r} must be a legato.engine.relay.RelaySettings")
         self.engine = engine
         self.startup_timeout = startup_timeout
         self.app = app
@@ -175,7 +222,7 @@ class Runtime:
         ]
 
     async def _check_database(self) -> None:
-        schema = str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
+        schema = self.schema
         clock = asyncio.get_running_loop()
         deadline = clock.time() + self.startup_timeout
         delay = 0.5

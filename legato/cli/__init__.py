@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from legato.arguments import MAX_CONCURRENCY, MAX_POLL_INTERVAL, MAX_SECONDS
 from legato.errors import ConfigurationError, LegatoError
 
 if TYPE_CHECKING:
@@ -249,9 +250,6 @@ def number_in(
     return convert
 
 
-MAX_CONCURRENCY = 10_000
-MAX_POLL_INTERVAL = 3600.0
-MAX_SECONDS = 366 * 86400.0
 concurrency = number_in(int, 1, MAX_CONCURRENCY, f"a number of task slots (1 to {MAX_CONCURRENCY})")
 seconds = number_in(float, 0.0, MAX_SECONDS, "a number of seconds (0 to 31,622,400)")
 interval = number_in(

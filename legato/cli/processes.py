@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from legato import migrations
+from legato.arguments import MAX_DECIDERS
 from legato.cli import (
     add_poll,
     add_startup_timeout,
@@ -36,7 +37,6 @@ log = logging.getLogger("legato")
 
 DEFAULT_DEV_DIR = ".legato-dev"
 
-MAX_DECIDERS = 64
 _deciders = number_in(int, 1, MAX_DECIDERS, f"a number of decider loops (1 to {MAX_DECIDERS})")
 _port = number_in(int, 1, 65535, "a port number (1 to 65535)")
 

@@ -27,7 +27,8 @@ from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.errors import LoopFailed
+from legato.db import outage
+from legato.errors import DatabaseUnavailable, LoopFailed
 
 log = logging.getLogger("legato")
 
@@ -38,6 +39,7 @@ def is_database_error(error: BaseException) -> bool:
     return isinstance(
         error,
         DBAPIError
+        | DatabaseUnavailable
         | PoolTimeout
         | PendingRollbackError  # a connection that died inside a transaction
         | OSError
@@ -45,6 +47,13 @@ def is_database_error(error: BaseException) -> bool:
         | asyncpg.InterfaceError
         | asyncpg.exceptions.InternalClientError,  # a connection killed mid-operation
     )
+
+
+def database_failure(error: BaseException) -> str:
+    """A database error (``is_database_error``) as one log line: an outage says the
+    database is unavailable and why in a few words, whichever layer raised it; any other
+    (a deadlock, a killed backend) is named as ``one_line`` names it."""
+    return outage(error) or one_line(error)
 
 
 def one_line(error: BaseException) -> str:
@@ -181,7 +190,7 @@ class Wakeups:
             logger.warning(
                 "%s (%s); polling",
                 failure,
-                one_line(error),
+                database_failure(error),
                 exc_info=traceback_at_debug(logger, error),
             )
 
@@ -295,7 +304,7 @@ class Loop:
                 log.warning(
                     "%s: tick failed (%s); retrying in %.1fs",
                     self.name,
-                    one_line(error),
+                    database_failure(error),
                     self._error_backoff,
                     exc_info=traceback_at_debug(log, error),
                 )

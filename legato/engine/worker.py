@@ -24,7 +24,9 @@ from datetime import timedelta
 from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from legato.arguments import check_bytes, check_count
 from legato.context import TaskCancelled, TaskContext
+from legato.db import engine_schema
 from legato.engine import output_cache
 from legato.engine.admission import Admission
 from legato.engine.decider.model import TaskError
@@ -32,14 +34,14 @@ from legato.engine.handoff import Absorbed, LocalHandoff
 from legato.engine.loops import (
     Loop,
     Wakeups,
+    database_failure,
     is_database_error,
-    one_line,
     supervise,
     traceback_at_debug,
 )
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
-from legato.errors import ConfigurationError, InvalidOutput, OutputTooLarge
+from legato.errors import InvalidOutput, OutputTooLarge
 from legato.flow import App, TaskDefinition
 from legato.limits import (
     MAX_ERROR_MESSAGE_CHARS,
@@ -139,17 +141,12 @@ class Worker(Loop):
         worker_id: str | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
-        schema = engine.get_execution_options()["schema_translate_map"]["legato"]
+        schema = engine_schema(engine, "Worker")
         super().__init__(
             poll_interval=poll_interval, wakeups=wakeups, channel=notify.tasks_channel(schema)
         )
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if not isinstance(max_output_bytes, int) or max_output_bytes < 1:
-            raise ConfigurationError(
-                f"max_output_bytes={max_output_bytes!r} must be a positive int of bytes"
-            )
-        self.max_output_bytes = max_output_bytes
+        check_count("concurrency", concurrency)
+        self.max_output_bytes = check_bytes("max_output_bytes", max_output_bytes)
         self.engine = engine
         self.app = app
         self.queues = queues
@@ -429,7 +426,7 @@ class Worker(Loop):
             log.warning(
                 "reporting %d results failed (%s); retrying in %.1fs",
                 len(self._reports),
-                one_line(error),
+                database_failure(error),
                 self._report_backoff,
                 exc_info=traceback_at_debug(log, error),
             )
@@ -472,7 +469,7 @@ class Worker(Loop):
                         raise  # a bug: the lease keeper's supervisor restarts it
                     log.warning(
                         "extending leases failed (%s); retrying in %.1fs",
-                        one_line(error),
+                        database_failure(error),
                         interval,
                         exc_info=traceback_at_debug(log, error),
                     )
