@@ -17,11 +17,18 @@ import asyncio
 import contextlib
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Sequence,
+)
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from functools import partial
-from typing import Any, TypeVar, overload
+from functools import partial, wraps
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -38,7 +45,14 @@ from legato.arguments import (
     check_timeout,
     run_status,
 )
-from legato.db import check_database, connect, create_engine, engine_schema, resolve_schema
+from legato.db import (
+    check_database,
+    connect,
+    create_engine,
+    engine_schema,
+    missing_relation,
+    resolve_schema,
+)
 from legato.engine.deploy import deploy_workflows
 from legato.engine.driver import DriverStatements
 from legato.engine.repositories import (
@@ -88,6 +102,7 @@ from legato.starting import SpecVersions, start_connection
 In = TypeVar("In")
 Out = TypeVar("Out")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 # How often a waiting result() or follow() reads again when no notification arrives.
@@ -102,6 +117,23 @@ _REMEMBERED_RUNS = 10_000
 
 # An idempotency key kept longer than this would outlive any sensible retry.
 _MAX_RETENTION = timedelta(days=3660)
+
+
+def _schema_explained(
+    method: Callable[Concatenate[Client, P], Awaitable[R]],
+) -> Callable[Concatenate[Client, P], Coroutine[Any, Any, R]]:
+    """A ``Client`` method whose statement on a table the schema lacks raises the typed
+    error saying what to do (``Client._explain``), not the driver's ProgrammingError."""
+
+    @wraps(method)
+    async def explained(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(self, *args, **kwargs)
+        except DBAPIError as error:
+            await self._explain(error)
+            raise
+
+    return explained
 
 
 class Client:
@@ -168,6 +200,14 @@ class Client:
             owns_engine=True,
         )
 
+    async def _explain(self, error: DBAPIError) -> None:
+        """Raise ``IncompatibleDatabase`` when ``error`` is a missing table or column and
+        the schema is not at this package's head (never migrated, or migrated by another
+        Legato): a client made from an engine is not checked until then."""
+        if missing_relation(error):
+            async with connect(self.engine) as conn:
+                await check_database(conn, self.schema)
+
     async def close(self) -> None:
         """Stop listening for run events; dispose of the engine if the client made it."""
         await self._wakeups.close()
@@ -182,6 +222,7 @@ class Client:
 
     # -- deploying ----------------------------------------------------------------------------
 
+    @_schema_explained
     async def deploy(self, app: App | None = None) -> dict[str, int]:
         """Store every workflow of ``app`` (children included) and mark those versions
         deployed. Unchanged specs keep their version. Returns name -> version."""
@@ -242,6 +283,18 @@ class Client:
         and its wake-up are written in that transaction: the run exists if and only if
         the caller commits.
         """
+        return await self._start_run(workflow, input, idempotency_key, run_id, start_at, connection)
+
+    @_schema_explained
+    async def _start_run(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        idempotency_key: str | None,
+        run_id: RunId | None,
+        start_at: datetime | None,
+        connection: AsyncConnection | None,
+    ) -> RunHandle[Any]:
         name, definition = self._target(workflow)
         payload = self._validated_input(definition, name, input)
         if idempotency_key is not None:
@@ -323,6 +376,7 @@ class Client:
             self._versions.remember(own, version)
         return RunHandle(self, new_id, _typed(workflow))
 
+    @_schema_explained
     async def start_many(
         self,
         workflow: Workflow[In, Out],
@@ -415,6 +469,7 @@ class Client:
 
     # -- signals, events, cancellation -------------------------------------------------------
 
+    @_schema_explained
     async def signal(self, run_id: RunId, name: str, payload: Any = None) -> None:
         """Send a signal to a running run; buffered until a wait for ``name`` takes it."""
         run_id = as_run_id(run_id)
@@ -437,6 +492,7 @@ class Client:
         if len(self._workflow_of) > _REMEMBERED_RUNS:
             self._workflow_of.popitem(last=False)
 
+    @_schema_explained
     async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:
         """Signal every run currently waiting for event ``name``; returns their ids.
 
@@ -475,6 +531,7 @@ class Client:
             data = _plain(payload)
         return self._sized(data, f"payload of signal {name!r}")
 
+    @_schema_explained
     async def resume(self, run_id: RunId) -> bool:
         """Make a quarantined run's decision due again with a clean failure count (after
         fixing what made it fail); False if the run is not quarantined. Raises
@@ -487,6 +544,7 @@ class Client:
                 raise RunNotFound(f"no run {run_id}")
         return False
 
+    @_schema_explained
     async def list_quarantined(self, limit: int = 50) -> list[QuarantinedRun]:
         """Runs whose decisions failed too often in a row, most recently parked first,
         each with its last error (``legato runs list --quarantined``)."""
@@ -494,6 +552,7 @@ class Client:
         parked = await self._read(lambda conn: decide_queue.quarantined(conn, limit))
         return [quarantined_from_row(row) for row in parked]
 
+    @_schema_explained
     async def cancel(self, run_id: RunId) -> None:
         """Ask a running run to cancel: pending work is cancelled, running tasks are
         interrupted, and the run finishes CANCELLED."""
@@ -534,6 +593,7 @@ class Client:
 
     # -- reading -----------------------------------------------------------------------------
 
+    @_schema_explained
     async def result(self, run_id: RunId, timeout: float | None = None) -> JsonValue:
         """Wait until the run finishes; return its JSON output or raise ``RunFailed``.
 
@@ -598,6 +658,17 @@ class Client:
         ``poll_interval`` seconds in case one is lost, so none is missed or repeated; to
         resume after a break, pass the last seq seen. Raises ``RunNotFound`` for an
         unknown run before yielding anything."""
+        events = self._follow(run_id, after_seq)
+        try:
+            async for event in events:
+                yield event
+        except DBAPIError as error:
+            await self._explain(error)
+            raise
+        finally:
+            await events.aclose()
+
+    async def _follow(self, run_id: RunId, after_seq: int) -> AsyncGenerator[HistoryEvent, None]:
         run_id = as_run_id(run_id)
         seq = check_after_seq(after_seq)
         if await self._read(lambda conn: runs.get(conn, run_id)) is None:
@@ -619,6 +690,7 @@ class Client:
                     # lost): read its status, then read the history once more.
                     finished = await self._finished(run_id) is not None
 
+    @_schema_explained
     async def get_run(self, run_id: RunId) -> RunDetails:
         """A run with its attempts and history (``legato runs show``)."""
         run_id = as_run_id(run_id)
@@ -636,6 +708,7 @@ class Client:
 
         return await self._read(read)
 
+    @_schema_explained
     async def history(self, run_id: RunId, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after ``after_seq`` (at most 10,000; page on by seq)."""
         run_id = as_run_id(run_id)
@@ -643,6 +716,7 @@ class Client:
         page = await self._read(lambda conn: run_events.history(conn, run_id, seq))
         return [event_from_row(row) for row in page]
 
+    @_schema_explained
     async def list_runs(
         self,
         *,

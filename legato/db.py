@@ -360,6 +360,20 @@ def schema_mismatch(schema: str, applied: list[str], head: str) -> str:
     )
 
 
+def missing_relation(error: BaseException) -> bool:
+    """Whether ``error`` is a statement on a table, column or function the schema does
+    not have: a schema never migrated, or not to this package's head."""
+    return any(isinstance(cause, _MISSING) for cause in _causes(error))
+
+
+_MISSING = (
+    asyncpg.UndefinedTableError,
+    asyncpg.UndefinedColumnError,
+    asyncpg.UndefinedFunctionError,
+    asyncpg.InvalidSchemaNameError,
+)
+
+
 async def check_database(conn: AsyncConnection, schema: str) -> None:
     """Refuse a server older than 15 or a schema not at this package's migration head."""
     await conn.run_sync(check_server_version)

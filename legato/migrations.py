@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -18,10 +19,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Column, Connection, MetaData, String, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import DEFAULT_SCHEMA, connect, validate_schema_name
+from legato.db import DEFAULT_SCHEMA, connect, schema_mismatch, validate_schema_name
+from legato.errors import ConfigurationError, IncompatibleDatabase
 
 SCRIPT_LOCATION = "legato:alembic"
 VERSION_TABLE = "legato_version"
@@ -126,14 +129,56 @@ def _command_lock() -> asyncio.Lock:
 
 async def upgrade(engine: AsyncEngine, schema: str, revision: str = "head") -> None:
     """Apply Legato's migrations up to ``revision`` (each in its own transaction)."""
-    async with _command_lock(), connect(engine) as conn:
-        await conn.run_sync(lambda sync: command.upgrade(alembic_config(schema, sync), revision))
+    await _migrate(engine, schema, revision, command.upgrade)
 
 
 async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") -> None:
     """Revert Legato's migrations down to ``revision`` (``base`` removes everything)."""
-    async with _command_lock(), connect(engine) as conn:
-        await conn.run_sync(lambda sync: command.downgrade(alembic_config(schema, sync), revision))
+    await _migrate(engine, schema, revision, command.downgrade)
+
+
+async def _migrate(
+    engine: AsyncEngine, schema: str, revision: str, step: Callable[[Config, str], None]
+) -> None:
+    """Run Alembic's ``step`` to ``revision``; an Alembic refusal is raised as the typed
+    error that says what to do (``migration_refused``), before anything is changed."""
+    validate_schema_name(schema)
+    if not isinstance(revision, str) or not revision.strip():
+        raise ConfigurationError(
+            f"migration revision {revision!r} must be a non-empty string: a revision id, "
+            "'head' or 'base'"
+        )
+    try:
+        async with _command_lock(), connect(engine) as conn:
+            await conn.run_sync(lambda sync: step(alembic_config(schema, sync), revision))
+    except CommandError as error:
+        raise migration_refused(schema, revision, error, await state(engine, schema)) from None
+
+
+def migration_refused(
+    schema: str, revision: str, error: CommandError, now: MigrationState
+) -> IncompatibleDatabase | ConfigurationError:
+    """Why Alembic refused to migrate ``schema`` to ``revision``, as a typed error; pure
+    but for reading the package's revisions.
+
+    A schema at a revision this package does not know was migrated by a newer Legato:
+    that is said as ``legato db check`` says it (``schema_mismatch``), not as Alembic's
+    "Can't locate revision"."""
+    known = known_revisions()
+    if any(rev not in known for rev in now.current):
+        return IncompatibleDatabase(schema_mismatch(schema, list(now.current), now.head))
+    return ConfigurationError(
+        f"cannot migrate schema {schema!r} to revision {revision!r}: {error} (this package "
+        f"knows {', '.join(sorted(known))}, or use 'head' or 'base'; the schema is at "
+        f"{', '.join(now.current) or 'base'})"
+    )
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every migration this package ships."""
+    script = ScriptDirectory.from_config(alembic_config(DEFAULT_SCHEMA))
+    return frozenset(rev.revision for rev in script.walk_revisions())
 
 
 def _current(sync: Connection, schema: str) -> tuple[str, ...]:
@@ -145,6 +190,7 @@ def _current(sync: Connection, schema: str) -> tuple[str, ...]:
 
 async def state(engine: AsyncEngine, schema: str) -> MigrationState:
     """The applied revision(s) of ``schema`` and the package's head."""
+    validate_schema_name(schema)
     async with connect(engine) as conn:
         current = await conn.run_sync(lambda sync: _current(sync, schema))
     return MigrationState(current=current, head=head_revision())

@@ -11,14 +11,12 @@ from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
 from legato.cli import command, group, nonempty, number_in, shown
 from legato.db import as_unavailable, create_engine, resolve_schema, resolve_url, schema_mismatch
 from legato.engine.repositories import partitions
-from legato.errors import ConfigurationError
 
 
 @asynccontextmanager
@@ -28,8 +26,6 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, 
     engine = create_engine(url, schema, pool_size=1, max_overflow=0)
     try:
         yield engine, schema
-    except CommandError as error:  # Alembic: unknown revision, nothing to downgrade, ...
-        raise ConfigurationError(f"migration: {error}") from None
     except Exception as error:  # refused, unknown host, wrong password, no such database
         unavailable = as_unavailable(error, url)
         if unavailable is None:

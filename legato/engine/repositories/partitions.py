@@ -196,9 +196,11 @@ async def run_partition_bounds(conn: AsyncConnection) -> list[tuple[uuid.UUID, u
 
 
 def _when(value: uuid.UUID) -> str:
-    return datetime.fromtimestamp(uuid7_time_ms(value) / 1000, UTC).isoformat(
-        timespec="milliseconds"
-    )
+    ms = uuid7_time_ms(value)
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError):  # 48 bits of milliseconds reach the year 10889
+        return f"Unix millisecond {ms}, after the year 9999"
 
 
 def check_run_id(run_id: uuid.UUID, bounds: Bounds) -> None:
