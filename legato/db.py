@@ -41,7 +41,7 @@ def validate_schema_name(schema: object) -> str:
         )
     if not _IDENTIFIER.fullmatch(schema):
         raise ConfigurationError(
-            f"invalid schema name {schema!r}: use 1 to {MAX_SCHEMA_NAME_LENGTH} ASCII "
+            f"invalid schema name {schema!r}: use at most {MAX_SCHEMA_NAME_LENGTH} ASCII "
             "letters, digits and underscores, not starting with a digit (Legato's NOTIFY "
             f"channels append up to {LONGEST_DERIVED_SUFFIX} characters to it and PostgreSQL "
             f"names stop at {IDENTIFIER_LIMIT})"

@@ -26,6 +26,9 @@ MAX_ERROR_MESSAGE_CHARS = 4_000
 MAX_TRACEBACK_CHARS = 8_000
 # The largest value of the int4 ``priority`` columns.
 MAX_PRIORITY = 2**31 - 1
+# The longest duration a spec or a task option takes: a timeout, sleep, backoff or
+# expiry near ``timedelta.max`` overflows the datetime it is added to when it is used.
+MAX_DURATION = timedelta(days=3660)
 
 ErrorType = Callable[[str], LegatoError]
 
@@ -176,6 +179,8 @@ def check_timeout(what: str, value: object, error: ErrorType) -> timedelta | Non
         raise error(f"{what} must be a datetime.timedelta, not {type(value).__name__} {value!r}")
     if value <= timedelta(0):
         raise error(f"{what} must be positive, got {value!r}; omit it for no timeout")
+    if value > MAX_DURATION:
+        raise error(f"{what} {value!r} is over {MAX_DURATION.days} days; omit it for no timeout")
     return value
 
 

@@ -24,6 +24,10 @@ class App:
         *,
         queue_limits: Mapping[str, int] | None = None,
     ) -> None:
+        if isinstance(workflows, WorkflowDefinition) or not isinstance(workflows, Iterable):
+            raise SpecError(
+                f"App(workflows) takes a list of workflows, e.g. App([signup]), not {workflows!r}"
+            )
         found = _with_children(workflows)
         tasks: dict[str, TaskDefinition] = {}
         for wf in found.values():

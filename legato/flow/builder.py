@@ -37,6 +37,7 @@ from legato.flow.spec import (
     FailureInfo as FailureInfo,
 )
 from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition
+from legato.limits import MAX_DURATION
 
 if TYPE_CHECKING:
     from legato.flow.definition import Workflow, WorkflowDefinition
@@ -298,8 +299,11 @@ class Flow(Generic[In]):
         self, duration: timedelta, *, name: str | None = None, after: Sequence[Node[object]] = ()
     ) -> Node[None]:
         """Complete ``duration`` after the ``after`` nodes completed (or after the start)."""
-        if duration < timedelta(0):
-            raise SpecError(f"workflow {self.name!r}: sleep duration must not be negative")
+        if not isinstance(duration, timedelta) or not timedelta(0) <= duration <= MAX_DURATION:
+            raise SpecError(
+                f"workflow {self.name!r}: sleep duration {duration!r} must be a timedelta "
+                f"from 0 to {MAX_DURATION.days} days"
+            )
         node_id = self._new_id(name, "sleep")
         self._add(
             SleepNodeSpec(
@@ -336,6 +340,11 @@ class Flow(Generic[In]):
                     f"workflow {self.name!r}: default of the wait for {event!r} "
                     f"is not a {getattr(model, '__name__', model)}: {exc}"
                 ) from exc
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout > MAX_DURATION):
+            raise SpecError(
+                f"workflow {self.name!r}: the wait for {event!r} has timeout {timeout!r}: "
+                f"give a timedelta of at most {MAX_DURATION.days} days, or none"
+            )
         node_id = self._new_id(name, event)
         self._add(
             EventNodeSpec(

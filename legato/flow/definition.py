@@ -14,6 +14,7 @@ from legato.flow.builder import Flow, Node
 from legato.flow.schedules import Schedule
 from legato.flow.spec import SpecError, WorkflowSpec
 from legato.flow.tasks import TaskDefinition, adapter_for
+from legato.limits import MAX_DURATION
 from legato.schema.enums import CatchUp
 
 In = TypeVar("In")
@@ -122,10 +123,10 @@ class WorkflowDefinition:
 
 
 def _timeout_seconds(name: str, value: object) -> float:
-    if not isinstance(value, timedelta) or value <= timedelta(0):
+    if not isinstance(value, timedelta) or not timedelta(0) < value <= MAX_DURATION:
         raise SpecError(
-            f"workflow {name!r}: execution_timeout must be a positive timedelta, "
-            f"e.g. timedelta(hours=1); got {value!r}"
+            f"workflow {name!r}: execution_timeout must be a positive timedelta of at most "
+            f"{MAX_DURATION.days} days, e.g. timedelta(hours=1); got {value!r}"
         )
     return value.total_seconds()
 

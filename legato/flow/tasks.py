@@ -21,7 +21,7 @@ from pydantic import JsonValue, TypeAdapter
 from legato.context import TaskCancelled, TaskContext
 from legato.errors import TaskDefinitionError as TaskDefinitionError
 from legato.flow.spec import RetrySpec, TaskSpec, TimeoutSpec
-from legato.limits import MAX_PRIORITY, check_name, check_timeout
+from legato.limits import MAX_DURATION, MAX_PRIORITY, check_name, check_timeout
 
 R_co = TypeVar("R_co", covariant=True)
 A1_contra = TypeVar("A1_contra", contravariant=True)
@@ -81,8 +81,8 @@ def _check_retry(retry: Retry) -> None:
         raise fail("attempts", "must be an int >= 1 (1 means no retry)")
     for option in ("backoff", "max_backoff"):
         value = getattr(retry, option)
-        if not isinstance(value, timedelta) or value < timedelta(0):
-            raise fail(option, "must be a datetime.timedelta >= 0")
+        if not isinstance(value, timedelta) or not timedelta(0) <= value <= MAX_DURATION:
+            raise fail(option, f"must be a datetime.timedelta from 0 to {MAX_DURATION.days} days")
     if not _is_number(retry.multiplier) or not 1 <= retry.multiplier < float("inf"):
         raise fail("multiplier", "must be a finite number >= 1")
     if not _is_number(retry.jitter) or not 0 <= retry.jitter <= 1:
@@ -103,6 +103,10 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+# A concurrency limit is one ``concurrency_slots`` row per unit.
+MAX_LIMIT = 10_000
+
+
 @dataclass(frozen=True)
 class Concurrency:
     """At most ``limit`` attempts of the task leased at once, across all workers.
@@ -118,9 +122,9 @@ class Concurrency:
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if not _is_int(self.limit) or self.limit < 1:
+        if not _is_int(self.limit) or not 1 <= self.limit <= MAX_LIMIT:
             raise TaskDefinitionError(
-                f"Concurrency(limit={self.limit!r}): limit must be an int >= 1"
+                f"Concurrency(limit={self.limit!r}): limit must be an int from 1 to {MAX_LIMIT}"
             )
         _check_key_and_name("Concurrency", self.key, self.name)
 
@@ -142,9 +146,10 @@ class RateLimit:
     def __post_init__(self) -> None:
         if not _is_int(self.count) or self.count < 1:
             raise TaskDefinitionError(f"RateLimit(count={self.count!r}): count must be an int >= 1")
-        if not isinstance(self.per, timedelta) or self.per <= timedelta(0):
+        if not _positive_duration(self.per):
             raise TaskDefinitionError(
-                f"RateLimit(per={self.per!r}): per must be a positive datetime.timedelta"
+                f"RateLimit(per={self.per!r}): per must be a positive datetime.timedelta of "
+                f"at most {MAX_DURATION.days} days"
             )
         _check_key_and_name("RateLimit", self.key, self.name)
 
@@ -161,11 +166,16 @@ class Cache:
     key: Callable[..., object] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.expires, timedelta) or self.expires <= timedelta(0):
+        if not _positive_duration(self.expires):
             raise TaskDefinitionError(
-                f"Cache(expires={self.expires!r}): expires must be a positive datetime.timedelta"
+                f"Cache(expires={self.expires!r}): expires must be a positive "
+                f"datetime.timedelta of at most {MAX_DURATION.days} days"
             )
         _check_key_and_name("Cache", self.key, None)
+
+
+def _positive_duration(value: object) -> bool:
+    return isinstance(value, timedelta) and timedelta(0) < value <= MAX_DURATION
 
 
 def _check_key_and_name(option: str, key: object, name: object) -> None:
@@ -173,6 +183,8 @@ def _check_key_and_name(option: str, key: object, name: object) -> None:
         raise TaskDefinitionError(f"{option}(key={key!r}): key must be a function of the inputs")
     if name is not None:
         check_name(f"{option}: name", name, TaskDefinitionError)
+
+
 def _check_transactional(label: str, transactional: object, limit: timedelta | None) -> bool:
     if not isinstance(transactional, bool):
         raise TaskDefinitionError(f"{label}: transactional={transactional!r} must be True or False")
@@ -515,9 +527,10 @@ def check_queue_limits(limits: Mapping[str, int]) -> dict[str, int]:
         raise TaskDefinitionError(f"queue_limits={limits!r} must be a mapping of queue to int")
     for queue, limit in limits.items():
         check_name("queue_limits: queue", queue, TaskDefinitionError)
-        if not _is_int(limit) or limit < 1:
+        if not _is_int(limit) or not 1 <= limit <= MAX_LIMIT:
             raise TaskDefinitionError(
-                f"queue_limits[{queue!r}]={limit!r}: a queue limit must be an int >= 1"
+                f"queue_limits[{queue!r}]={limit!r}: a queue limit must be an int from 1 to "
+                f"{MAX_LIMIT}"
             )
     return dict(limits)
 

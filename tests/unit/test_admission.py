@@ -80,7 +80,7 @@ def test_cache_keys_are_equal_for_equal_inputs() -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: Concurrency(0), "limit must be an int >= 1"),
+        (lambda: Concurrency(0), "limit must be an int from 1 to 10000"),
         (lambda: RateLimit(10, per=timedelta(0)), "per must be a positive"),
         (lambda: RateLimit(0, per=SECOND), "count must be an int >= 1"),
         (lambda: Cache(expires=timedelta(0)), "expires must be a positive"),
