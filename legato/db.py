@@ -274,7 +274,7 @@ def outage_cause(error: BaseException) -> str:
 
 
 def _unreachable(error: BaseException) -> bool:
-    return isinstance(error, OSError | _PASSING)
+    return isinstance(error, (OSError, *_PASSING))
 
 
 def outage(error: BaseException) -> str | None:
