@@ -168,9 +168,9 @@ def migration_refused(
     if any(rev not in known for rev in now.current):
         return IncompatibleDatabase(schema_mismatch(schema, list(now.current), now.head))
     return ConfigurationError(
-        f"cannot migrate schema {schema!r} to revision {revision!r}: {error} (this package "
-        f"knows {', '.join(sorted(known))}, or use 'head' or 'base'; the schema is at "
-        f"{', '.join(now.current) or 'base'})"
+        f"cannot migrate schema {schema!r} to migration revision {revision!r}: {error} (this "
+        f"package knows {', '.join(sorted(known))}, or use 'head' or 'base'; the schema is "
+        f"at {', '.join(now.current) or 'base'})"
     )
 
 

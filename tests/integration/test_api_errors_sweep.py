@@ -131,8 +131,12 @@ async def test_following_a_run_on_a_schema_never_migrated_says_so(database_url: 
 @pytest.mark.parametrize(
     ("step", "revision", "fragment"),
     [
-        (migrations.upgrade, "bogus", "cannot migrate schema 'legato' to revision 'bogus'"),
-        (migrations.upgrade, "0042", "to revision '0042'"),
+        (
+            migrations.upgrade,
+            "bogus",
+            "cannot migrate schema 'legato' to migration revision 'bogus'",
+        ),
+        (migrations.upgrade, "0042", "to migration revision '0042'"),
         (migrations.downgrade, "bogus", "this package knows 0001"),
         (migrations.upgrade, "", "must be a non-empty string"),
         (migrations.upgrade, 7, "must be a non-empty string"),
