@@ -35,7 +35,7 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
-from legato.db import as_unavailable, where
+from legato.db import as_unavailable, outage_cause, where
 from legato.errors import DatabaseUnavailable
 
 
@@ -120,7 +120,7 @@ class DriverStatements:
             await greenlet_spawn(fairy.invalidate, error)
             raise DatabaseUnavailable(
                 f"the connection to the database at {where(self.engine.url)} was lost "
-                f"during a statement ({error or type(error).__name__}); it may or may not "
+                f"during a statement ({outage_cause(error)}); it may or may not "
                 "have committed: check before retrying"
             ) from error
         except asyncpg.PostgresError as error:  # as SQLAlchemy would raise it
