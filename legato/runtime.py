@@ -145,7 +145,8 @@ class Runtime:
                 RelayLoop(engine, relay or RelaySettings(), poll_interval=poll_interval)
             )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
-            self.loops.append(BacklogSampler(engine))
+            known = {t.queue for t in app.tasks.values()} | set(queues or ())
+            self.loops.append(BacklogSampler(engine, queues=known))
         for each in self.loops:
             each.restarts = restarts or RestartPolicy()
         self._tasks: list[asyncio.Task[None]] = []

@@ -9,7 +9,7 @@ import os
 import socket
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,15 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFailed, Runtime
 from legato.cli import main
 from legato.engine.repositories import decide_queue, stats
+from legato.observability import disable_metrics, enable_metrics
+from legato.observability.sampler import BacklogSampler
 from legato.runtime import Roles
 from tests.integration.observed_flows import app, echo_flow, refuse_flow
 
@@ -199,6 +202,60 @@ async def test_dev_serves_metrics_that_move_with_runs(database_url: str, client:
             dev.terminate()
         _, err = await asyncio.wait_for(dev.communicate(), 30)
     assert dev.returncode == 0, err.decode()
+
+
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    """Metrics enabled in this process for one test, into a registry of its own."""
+    registry = CollectorRegistry()
+    assert enable_metrics(registry).registry is registry
+    yield registry
+    disable_metrics()
+
+
+def _task_gauges(registry: CollectorRegistry, queue: str) -> tuple[float | None, float | None]:
+    labels = {"queue": queue}
+    return (
+        registry.get_sample_value("legato_task_queue_depth", labels),
+        registry.get_sample_value("legato_task_queue_oldest_age_seconds", labels),
+    )
+
+
+async def test_a_fresh_apps_queues_report_zero_from_the_first_sample(
+    engine: AsyncEngine, registry: CollectorRegistry
+) -> None:
+    async with Runtime(engine, app, queues=("mail",), poll_interval=0.2):
+        # "default" is the queue of the app's tasks; "mail" one the worker serves.
+        await _wait_for(lambda: _task_gauges(registry, "mail") != (None, None))
+        assert _task_gauges(registry, "default") == (0, 0)
+        assert _task_gauges(registry, "mail") == (0, 0)
+        assert registry.get_sample_value("legato_decide_queue_depth") == 0
+
+
+async def _task_backlog(engine: AsyncEngine) -> list[stats.Backlog]:
+    async with engine.connect() as conn:
+        return await stats.task_backlog(conn)
+
+
+async def test_a_drained_queue_reports_zero(
+    engine: AsyncEngine, client: Client, registry: CollectorRegistry
+) -> None:
+    handles = [await client.start(echo_flow, n) for n in range(3)]
+    sampler = BacklogSampler(engine)  # knows no queue: only what it has sampled
+    # Deciders only: the attempts they enqueue wait, ready, for a worker.
+    async with Runtime(engine, app, roles=Roles(worker=False, timer=False), poll_interval=0.2):
+        async with asyncio.timeout(20):
+            while [b.depth for b in await _task_backlog(engine)] != [3]:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    await sampler.tick()
+    depth, age = _task_gauges(registry, "default")
+    assert depth == 3 and age is not None and age >= 0
+
+    async with Runtime(engine, app, poll_interval=0.2):
+        for handle in handles:
+            await handle.result(timeout=30)
+    await sampler.tick()
+    assert _task_gauges(registry, "default") == (0, 0)
 
 
 async def test_stats_json_reports_a_backlog(
