@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from sqlalchemy import make_url
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFailed, Runtime, TaskState
@@ -146,3 +146,12 @@ async def test_a_worker_killed_mid_task_behind_the_pooler_is_finished_by_another
             details = await client.get_run(handle.run_id)
     attempts = sorted((t.attempt, t.state) for t in details.tasks)
     assert attempts == [(1, TaskState.TIMED_OUT), (2, TaskState.COMPLETED)]
+
+
+async def test_each_transaction_through_the_pooler_carries_the_session_settings(
+    pooled_engine: AsyncEngine,
+) -> None:
+    names = ("lock_timeout", "idle_in_transaction_session_timeout", "plan_cache_mode")
+    async with pooled_engine.begin() as conn:
+        shown = [(await conn.execute(text(f"SHOW {name}"))).scalar_one() for name in names]
+    assert shown == ["30s", "5min", "force_generic_plan"]
