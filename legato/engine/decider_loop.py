@@ -320,6 +320,7 @@ def _record(row: tasks.TaskRow) -> TaskRecord:
         observed=row.observed,
         created_at=row.created_at,
         finished_at=row.finished_at,
+        cached=row.cached,
     )
 
 
