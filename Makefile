@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench clean
+.PHONY: test test-fast lint typecheck demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,9 @@ typecheck: $(STAMP)
 test: lint typecheck
 	$(BIN)/pytest -q
 
-unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+# The fast tier: pure logic, the simulator and the mypy cases; no PostgreSQL is started.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit tests/typing
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
-from sqlalchemy import URL, Connection, make_url, select
+from sqlalchemy import URL, Connection, Engine, event, make_url, select
 from sqlalchemy.exc import ArgumentError, DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -157,12 +159,76 @@ def resolve_url(url: str | None) -> URL:
 # transactional task's body gets PostgreSQL's default back (``transactions.bound``).
 SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 
+# The safety defaults of every Legato session (``create_engine``'s keywords override
+# them; None leaves the server's own): a lock someone else's transaction holds fails the
+# waiting statement after ``lock_timeout`` (the loop logs it and retries next tick)
+# instead of hanging the loop, and a session left idle inside a transaction (a frozen
+# process holding row locks) is ended by the server.
+DEFAULT_LOCK_TIMEOUT = "30s"
+DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT = "5min"
+
+# ``pooler``: what sits between Legato and the server. None (a direct connection, or a
+# session-mode pooler, which keeps one server connection per client connection) or
+# "transaction" (PgBouncer, Supabase's pooler, RDS Proxy in transaction mode: a server
+# connection only for the length of a transaction).
+TRANSACTION_POOLER = "transaction"
+POOLER_CHOICES = ("none", "session", TRANSACTION_POOLER)
+
+# Where ``create_engine`` keeps the settings ``listen_engine`` needs (execution options).
+_POOLER_OPTION = "legato_pooler"
+_LISTEN_URL_OPTION = "legato_listen_url"
+
+log = logging.getLogger("legato")
+
+
+def resolve_pooler(pooler: str | None) -> str | None:
+    """``pooler``, else ``LEGATO_POOLER``: "transaction", or None for a direct connection
+    or a session-mode pooler ("none", "session" or unset)."""
+    chosen = pooler if pooler is not None else os.environ.get("LEGATO_POOLER", "")
+    if chosen.strip().lower() in ("", "none", "session"):
+        return None
+    if chosen.strip().lower() == TRANSACTION_POOLER:
+        return TRANSACTION_POOLER
+    raise ConfigurationError(
+        f"unknown pooler {chosen!r} (pooler= / LEGATO_POOLER): use 'transaction' behind a "
+        "transaction-mode pooler such as PgBouncer's pool_mode=transaction, or 'none' / "
+        "'session' for a direct connection or a session-mode pooler"
+    )
+
+
+def session_settings(
+    lock_timeout: str | None, idle_in_transaction_session_timeout: str | None
+) -> dict[str, str]:
+    """The settings of a Legato session: ``SESSION_SETTINGS`` and the safety timeouts
+    (a None timeout is left to the server); pure."""
+    settings = dict(SESSION_SETTINGS)
+    if lock_timeout is not None:
+        settings["lock_timeout"] = lock_timeout
+    if idle_in_transaction_session_timeout is not None:
+        settings["idle_in_transaction_session_timeout"] = idle_in_transaction_session_timeout
+    return settings
+
 
 def create_engine(
-    url: str | URL | None = None, schema: str | None = None, **engine_options: Any
+    url: str | URL | None = None,
+    schema: str | None = None,
+    *,
+    pooler: str | None = None,
+    listen_url: str | URL | None = None,
+    lock_timeout: str | None = DEFAULT_LOCK_TIMEOUT,
+    idle_in_transaction_session_timeout: str | None = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
+    **engine_options: Any,
 ) -> AsyncEngine:
     """An async engine whose Core statements target ``schema`` (``schema_translate_map``),
-    its sessions set up with ``SESSION_SETTINGS`` (``connect_args`` given here win).
+    its sessions set up with ``session_settings`` (``connect_args`` given here win).
+
+    ``pooler="transaction"`` (or ``LEGATO_POOLER=transaction``) for a transaction-mode
+    pooler: no statement is prepared under a name (asyncpg's and SQLAlchemy's statement
+    caches off: every statement is parsed with its execution, in one exchange), and the
+    settings go with each transaction instead of the connection's start-up (which
+    PgBouncer refuses). Wake-ups LISTEN on ``listen_url`` (or
+    ``LEGATO_LISTEN_DATABASE_URL``), a direct connection to the server; without one the
+    loops poll (``listen_engine``).
 
     No ``pool_pre_ping`` by default: the loops check out a connection per statement, so a
     ping would double their round trips, while a disconnect error already makes
@@ -171,6 +237,9 @@ def create_engine(
     connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
     """
     target = url if isinstance(url, URL) else resolve_url(url)
+    mode = resolve_pooler(pooler)
+    listen = listen_url or os.environ.get("LEGATO_LISTEN_DATABASE_URL") or None
+    listen_target = None if listen is None or mode is None else _as_url(listen)
     # LIFO: each loop gets back the connection it just used, whose prepared statements
     # (asyncpg's per-connection cache, the backend's plans) are warm; a FIFO pool hands
     # out the coldest one, so every hot statement is prepared again on every connection.
@@ -182,10 +251,19 @@ def create_engine(
     }
     options.update(engine_options)
     connect_args = dict(options.get("connect_args", {}))
-    connect_args["server_settings"] = {
-        **SESSION_SETTINGS,
+    settings = {
+        **session_settings(lock_timeout, idle_in_transaction_session_timeout),
         **connect_args.get("server_settings", {}),
     }
+    if mode == TRANSACTION_POOLER:
+        # asyncpg parses an unnamed statement with each execution when its cache is off
+        # (one exchange: Parse, Bind, Execute, Sync), so no statement outlives the
+        # server connection it was parsed on; SQLAlchemy's own cache would keep named ones.
+        connect_args.setdefault("statement_cache_size", 0)
+        connect_args.setdefault("prepared_statement_cache_size", 0)
+        connect_args["server_settings"] = {}
+    else:
+        connect_args["server_settings"] = settings
     options["connect_args"] = connect_args
     schema = resolve_schema(schema)
     try:
@@ -195,7 +273,66 @@ def create_engine(
             f"create_engine: SQLAlchemy refused the engine options {sorted(engine_options)}: "
             f"{error}"
         ) from None
-    return engine.execution_options(schema_translate_map={SCHEMA_PLACEHOLDER: schema})
+    if mode == TRANSACTION_POOLER:
+        _set_per_transaction(engine, settings)
+    return engine.execution_options(
+        schema_translate_map={SCHEMA_PLACEHOLDER: schema},
+        **{_POOLER_OPTION: mode, _LISTEN_URL_OPTION: listen_target},
+    )
+
+
+def _as_url(url: str | URL) -> URL:
+    return url if isinstance(url, URL) else resolve_url(url)
+
+
+def _set_per_transaction(engine: AsyncEngine, settings: dict[str, str]) -> None:
+    """Behind a transaction pooler, ``settings`` as ``SET LOCAL`` at each transaction's
+    start (one statement more per transaction): a session setting would stay on
+    whichever server connection ran it, and PgBouncer refuses start-up parameters."""
+    if not settings:
+        return
+    statement = "SELECT " + ", ".join(
+        f"set_config('{name}', {_literal(value)}, true)" for name, value in sorted(settings.items())
+    )
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _apply(conn: Connection) -> None:
+        conn.exec_driver_sql(statement)
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def pooler_of(engine: AsyncEngine) -> str | None:
+    """The ``pooler`` ``engine`` was made for ("transaction", or None)."""
+    mode = engine.get_execution_options().get(_POOLER_OPTION)
+    return str(mode) if mode else None
+
+
+_WARNED_POLLING: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def listen_engine(engine: AsyncEngine) -> AsyncEngine | None:
+    """The engine wake-ups LISTEN through: ``engine`` itself on a direct connection or a
+    session pooler; behind a transaction pooler (where LISTEN would stay on a server
+    connection other clients then get), a one-connection engine on ``listen_url``, or
+    None when there is none, so the loops poll (said once per engine, at WARNING).
+    The caller disposes of an engine that is not ``engine``."""
+    if pooler_of(engine) != TRANSACTION_POOLER:
+        return engine
+    listen = engine.get_execution_options().get(_LISTEN_URL_OPTION)
+    if listen is None:
+        if engine.sync_engine not in _WARNED_POLLING:
+            _WARNED_POLLING.add(engine.sync_engine)
+            log.warning(
+                "behind a transaction pooler without a listen URL, wake-ups are off and "
+                "the loops poll: set LEGATO_LISTEN_DATABASE_URL (listen_url=) to a direct "
+                "connection to the server for LISTEN/NOTIFY"
+            )
+        return None
+    schema = engine.get_execution_options()["schema_translate_map"][SCHEMA_PLACEHOLDER]
+    return create_engine(listen, schema, pool_size=1, max_overflow=0)
 
 
 def read_server_version_num(conn: Connection) -> int:
@@ -338,7 +475,7 @@ async def server_version_num(conn: AsyncConnection) -> int:
 # The migration head this package's code expects: a constant, so that checking a
 # database at connect needs no Alembic import (tests/migration keeps it equal to the
 # head of legato/alembic/versions).
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 
 
 def schema_mismatch(schema: str, applied: list[str], head: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from legato.db import listen_engine
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 
@@ -32,6 +33,7 @@ class RunWakeups:
         self._engine = engine
         self._channel = notify.events_channel(schema)
         self._wakeups: Wakeups | None = None
+        self._listener = engine  # the engine of the LISTEN connection (listen_engine)
         self._waiters: defaultdict[uuid.UUID, set[asyncio.Event]] = defaultdict(set)
 
     def _on_payload(self, payload: str) -> None:
@@ -61,7 +63,11 @@ class RunWakeups:
 
     async def _listen(self) -> None:
         if self._wakeups is None:
-            self._wakeups = Wakeups(self._engine)
+            listener = listen_engine(self._engine)
+            if listener is None:  # behind a transaction pooler with no listen URL: poll
+                return
+            self._listener = listener
+            self._wakeups = Wakeups(listener)
             await self._wakeups.subscribe(self._channel, self._on_payload)
         else:
             await self.relisten()
@@ -74,6 +80,8 @@ class RunWakeups:
     async def close(self) -> None:
         if self._wakeups is not None:
             await self._wakeups.close()
+            if self._listener is not self._engine:
+                await self._listener.dispose()
             self._wakeups = None
 
 

@@ -36,7 +36,7 @@ from legato.arguments import (
     check_poll_interval,
     check_seconds,
 )
-from legato.db import as_unavailable, check_database, engine_schema
+from legato.db import as_unavailable, check_database, engine_schema, listen_engine
 from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
 from legato.engine.handoff import LocalHandoff
@@ -139,7 +139,11 @@ class Runtime:
         self.startup_timeout = startup_timeout
         self.app = app
         self.roles = roles
-        self.wakeups = Wakeups(engine)
+        # Behind a transaction pooler LISTEN goes straight to the server (listen_url), or,
+        # without one, nothing listens and the loops poll.
+        self._listen_engine = listen_engine(engine)
+        self.wakeups = Wakeups(self._listen_engine or engine)
+        listening = self.wakeups if self._listen_engine is not None else None
         self.loops: list[Loop] = []
         self.worker: Worker | None = None
         self.decider_loops: list[DeciderLoop] = []
@@ -149,7 +153,7 @@ class Runtime:
             self.decider_loops = [
                 DeciderLoop(
                     engine,
-                    wakeups=self.wakeups if i == 0 else None,
+                    wakeups=listening if i == 0 else None,
                     batch_size=decide_batch_size,
                     poll_interval=poll_interval,
                     retry_delay=decision_retry_delay,
@@ -169,7 +173,7 @@ class Runtime:
                 app,
                 queues=served,
                 concurrency=concurrency,
-                wakeups=self.wakeups,
+                wakeups=listening,
                 lease=lease,
                 poll_interval=poll_interval,
                 grace_period=grace_period,
@@ -180,19 +184,20 @@ class Runtime:
         if self.worker is not None and self.decider_loops:
             # Both roles in one process: decisions lease new attempts to this worker in
             # their own transaction, and its reports wake the deciders, in memory.
-            self.handoff = LocalHandoff(self.worker, self.decider_loops, self.wakeups)
+            self.handoff = LocalHandoff(self.worker, self.decider_loops, listening)
             self.worker.handoff = self.handoff
             for decider in self.decider_loops:
                 decider.handoff = self.handoff
         if roles.timer:
-            self.loops.append(TimerLoop(engine, wakeups=self.wakeups))
+            self.loops.append(TimerLoop(engine, wakeups=listening))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
         if roles.relay:
             self.loops.append(
                 RelayLoop(engine, relay or RelaySettings(), poll_interval=poll_interval)
             )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
-            self.loops.append(BacklogSampler(engine))
+            known = {t.queue for t in app.tasks.values()} | set(queues or ())
+            self.loops.append(BacklogSampler(engine, queues=known))
         for each in self.loops:
             each.restarts = restarts or RestartPolicy()
         self._tasks: list[asyncio.Task[None]] = []
@@ -276,6 +281,8 @@ class Runtime:
             await asyncio.gather(*self._tasks)
         self._tasks = []
         await self.wakeups.close()
+        if self._listen_engine is not None and self._listen_engine is not self.engine:
+            await self._listen_engine.dispose()
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure

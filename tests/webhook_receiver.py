@@ -1,5 +1,6 @@
 """A loopback HTTP server that receives webhooks and answers as the test cues it: ``ok``
-(200), ``fail`` (500), or ``hang`` (never answers, until released)."""
+(200), ``fail`` (500), ``hang`` (never answers; closes once released) or ``hold``
+(answers 200 once released). It counts the requests open at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Literal
 
 from legato import webhooks
 
-Cue = Literal["ok", "fail", "hang"]
+Cue = Literal["ok", "fail", "hang", "hold"]
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Receiver:
     answered: list[Received] = field(default_factory=list)  # with a 200
     released: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""
+    open: int = 0  # requests received and not yet answered or closed
+    peak: int = 0  # the most ever open at once
 
     def unique(self) -> dict[str, Received]:
         """The receiver's dedupe: one delivery per event id (the first answered 200)."""
@@ -49,6 +52,7 @@ class Receiver:
         return seen
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received: Received | None = None
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")[1:]
@@ -60,12 +64,18 @@ class Receiver:
             received = Received(headers, body)
             cue = self.cue(len(self.requests))
             self.requests.append(received)
-            if cue == "hang":
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+            if cue in ("hang", "hold"):
                 await self.released.wait()
+            if cue == "hang":
                 return  # close without an answer
-            status = "200 OK" if cue == "ok" else "500 Internal Server Error"
-            if cue == "ok":
+            status = "500 Internal Server Error" if cue == "fail" else "200 OK"
+            if cue != "fail":
                 self.answered.append(received)
+            # Closed as answered, before the relay can read the answer and send the next.
+            self.open -= 1
+            received = None
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".encode()
             )
@@ -73,6 +83,8 @@ class Receiver:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the relay went away mid-request (killed, or timed out)
         finally:
+            if received is not None:  # not answered: closed without one
+                self.open -= 1
             writer.close()
             with suppress(ConnectionError):
                 await writer.wait_closed()

@@ -157,6 +157,7 @@ async def _replay(args: argparse.Namespace) -> int:
 async def _relay(args: argparse.Namespace) -> int:
     settings = RelaySettings(
         batch_size=args.batch_size,
+        per_endpoint_concurrency=args.per_endpoint_concurrency,
         request_timeout=args.request_timeout,
         lease=timedelta(seconds=args.lease),
         max_attempts=args.max_attempts,
@@ -284,9 +285,12 @@ def _register_relay(commands: Any) -> None:
         """examples:
   legato relay
   legato relay --max-attempts 20 --request-timeout 5
+  legato relay --per-endpoint-concurrency 2
 
 Run one or more anywhere (claims use SKIP LOCKED). Needs the webhooks extra:
-pip install 'legato[webhooks]'. Delivery is at least once: dedupe on Legato-Event-Id.""",
+pip install 'legato[webhooks]'. Delivery is at least once: dedupe on Legato-Event-Id.
+Each endpoint's deliveries go on their own: one that hangs holds only its own
+--per-endpoint-concurrency requests (per relay process) until --request-timeout.""",
         log_level="INFO",
     )
     parser.add_argument(
@@ -335,7 +339,16 @@ pip install 'legato[webhooks]'. Delivery is at least once: dedupe on Legato-Even
         type=number_in(int, 1, 1000, "a batch size from 1 to 1000"),
         default=defaults.batch_size,
         metavar="N",
-        help=f"deliveries claimed and sent concurrently per tick (default: {defaults.batch_size})",
+        help=f"deliveries in flight at once, across endpoints (default: {defaults.batch_size})",
+    )
+    parser.add_argument(
+        "--per-endpoint-concurrency",
+        type=number_in(int, 1, 1000, "a number of requests from 1 to 1000"),
+        default=defaults.per_endpoint_concurrency,
+        metavar="N",
+        help="at most N requests in flight to one endpoint, so a slow one holds only its own "
+        f"deliveries and a small receiver is not flooded (default: "
+        f"{defaults.per_endpoint_concurrency})",
     )
 
 

@@ -43,6 +43,8 @@ def _details(data: JsonValue) -> str:
             parts.append(f"error={value.get('type')}: {value.get('message')}")
         elif key == "available_at" or key == "traceback":
             continue
+        elif key == "cached":
+            parts.append("(from the output cache)")
         else:
             parts.append(f"{key}={compact(value, 80)}")
     return "  ".join(parts)

@@ -320,6 +320,7 @@ def _record(row: tasks.TaskRow) -> TaskRecord:
         observed=row.observed,
         created_at=row.created_at,
         finished_at=row.finished_at,
+        cached=row.cached,
     )
 
 
@@ -330,7 +331,8 @@ def _buffered(row: signals.PendingSignal) -> BufferedSignal:
 
 
 async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: StartChildRun) -> None:
-    """Start a child run inside the parent's decision (its id is the CHILD task's id)."""
+    """Start a child run inside the parent's decision (its id is the CHILD task's id),
+    in the parent's trace."""
     version = await definitions.deployed_version(conn, action.workflow_name)
     if version is None:
         raise LookupError(
@@ -340,6 +342,7 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
         conn,
         [runs.NewRun(action.task_id, action.workflow_name, version, action.input, parent_id)],
         "child started",
+        children=True,
     )
 
 

@@ -14,19 +14,20 @@ from legato.limits import json_problem
 
 async def invoke(
     engine: AsyncEngine, definition: TaskDefinition, ctx: TaskContext, args: JsonValue
-) -> JsonValue:
-    """``definition.invoke(ctx, args)``, unless the task is cached and an unexpired
-    output for its key exists: then that output, without running the task. A fresh
-    output is stored when it is storable JSON (one that is not fails the attempt anyway)."""
+) -> tuple[JsonValue, bool]:
+    """``definition.invoke(ctx, args)``'s output and False, unless the task is cached
+    and an unexpired output for its key exists: then that output and True (a cache hit),
+    without running the task. A fresh output is stored when it is storable JSON (one
+    that is not fails the attempt anyway)."""
     key = definition.cache_key(args)
     if key is None or definition.cache is None:
-        return await definition.invoke(ctx, args)
+        return await definition.invoke(ctx, args), False
     async with engine.connect() as conn:
         hit, output = await task_cache.lookup(conn, definition.name, key)
     if hit:
-        return output
+        return output, True
     output = await definition.invoke(ctx, args)
     if json_problem(output) is None:
         async with engine.begin() as conn:
             await task_cache.store(conn, definition.name, key, output, definition.cache.expires)
-    return output
+    return output, False

@@ -5,8 +5,10 @@ Events enter ``outbox`` in the transaction of the transition they describe (the 
 loop calls :func:`lifecycle_events` and writes them with ``outbox.publish``, or with its
 CTE ``outbox.published`` inside the batch's history INSERT), so an event exists if and
 only if its transition committed. The relay claims due deliveries with a lease
-(``outbox.claim``), commits, POSTs them concurrently, then records each outcome: a 2xx
-deletes the row; anything else backs it off exponentially with jitter until the
+(``outbox.claim``), commits, POSTs each on its own — at most ``batch_size`` in flight,
+and at most ``per_endpoint_concurrency`` to one endpoint, so a hanging endpoint holds
+only its own deliveries — and records each outcome as it comes back: a 2xx deletes the
+row; anything else backs it off exponentially with jitter until the
 attempt budget is spent, then dead-letters it. A relay killed mid-delivery leaves its
 rows leased; once the lease passes another relay delivers them again — at least once,
 with the same ``Legato-Event-Id``.
@@ -20,6 +22,7 @@ import logging
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,7 +32,7 @@ from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.decider.model import Action, FinishRun
-from legato.engine.loops import Loop, one_line
+from legato.engine.loops import Loop, is_database_error, one_line
 from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
 from legato.schema import RunStatus, uuid7
@@ -127,7 +130,8 @@ def headers_of(delivery: outbox.Delivery, body: bytes, now: float) -> dict[str, 
 class RelaySettings:
     """How the relay delivers: ``legato relay``'s options, ``Runtime(relay=...)``."""
 
-    batch_size: int = 50
+    batch_size: int = 50  # deliveries in flight at once, across endpoints
+    per_endpoint_concurrency: int = 4  # of which at most this many to one endpoint
     request_timeout: float = 10.0  # seconds per HTTP request
     lease: timedelta = timedelta(seconds=60)  # a claimed delivery's lease
     max_attempts: int = 12  # then the dead letter
@@ -141,10 +145,10 @@ class RelaySettings:
                 f"timeout ({self.request_timeout:g}s, positive), or a slow delivery is claimed "
                 "twice"
             )
-        if self.max_attempts < 1 or self.batch_size < 1:
+        if self.max_attempts < 1 or self.batch_size < 1 or self.per_endpoint_concurrency < 1:
             raise ConfigurationError(
-                f"max_attempts and batch_size must be at least 1, got {self.max_attempts} and "
-                f"{self.batch_size}"
+                f"max_attempts, batch_size and per_endpoint_concurrency must be at least 1, "
+                f"got {self.max_attempts}, {self.batch_size} and {self.per_endpoint_concurrency}"
             )
         if self.retry_delay <= timedelta(0) or self.max_retry_delay < self.retry_delay:
             raise ConfigurationError(
@@ -154,7 +158,12 @@ class RelaySettings:
 
 
 class RelayLoop(Loop):
-    """Claims due outbox deliveries and POSTs them to their endpoints."""
+    """Claims due outbox deliveries and POSTs them to their endpoints, each on its own:
+    a tick records the outcomes that came back since the last one, then claims as many
+    due deliveries as there is room for — ``batch_size`` in flight in all, at most
+    ``per_endpoint_concurrency`` per endpoint — and starts sending them without waiting.
+    A finished request frees its room and wakes the loop, so a healthy endpoint's
+    deliveries keep flowing while another endpoint hangs until its request timeout."""
 
     name = "relay"
 
@@ -176,48 +185,95 @@ class RelayLoop(Loop):
         self.settings = settings
         self.delivered = 0
         self._http: httpx.AsyncClient | None = None
+        self._in_flight: Counter[int] = Counter()  # requests open, per endpoint id
+        self._sending: set[asyncio.Task[None]] = set()
+        self._outcomes: list[tuple[outbox.Delivery, str | None]] = []  # to record
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             import httpx
 
             # Redirects are not followed: a 3xx is a failure the operator should see.
+            # The pool is no limit of its own: the claim caps the requests in flight.
             self._http = httpx.AsyncClient(
-                timeout=self.settings.request_timeout, follow_redirects=False, trust_env=False
+                timeout=self.settings.request_timeout,
+                follow_redirects=False,
+                trust_env=False,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
             )
         return self._http
 
     async def on_stop(self) -> None:
+        # The requests in flight end within the request timeout; their outcomes are
+        # recorded so a graceful stop leaves nothing to deliver twice.
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+        try:
+            await self._record()
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            log.warning(
+                "relay: could not record %d delivery outcome(s) while stopping (%s); "
+                "they are sent again once their lease passes",
+                len(self._outcomes),
+                one_line(error),
+            )
         if self._http is not None:
             await self._http.aclose()
             self._http = None
 
     async def tick(self) -> bool:
-        async with self.engine.begin() as conn:
-            claimed = await outbox.claim(conn, self.settings.batch_size, self.settings.lease)
-        if not claimed:
+        await self._record()
+        room = self.settings.batch_size - sum(self._in_flight.values())
+        if room <= 0 or self.stopping:
             return False
-        outcomes = await asyncio.gather(*(self._post(d) for d in claimed))
-        done = [d.id for d, error in zip(claimed, outcomes, strict=True) if error is None]
-        failures = [
-            outbox.Failure(
-                d.id,
-                d.attempts,
-                error,
-                None
-                if d.attempts >= self.settings.max_attempts
-                else retry_delay(
-                    d.attempts, self.settings.retry_delay, self.settings.max_retry_delay
-                ),
+        async with self.engine.begin() as conn:
+            claimed = await outbox.claim(
+                conn,
+                room,
+                self.settings.lease,
+                self.settings.per_endpoint_concurrency,
+                self._in_flight,
             )
-            for d, error in zip(claimed, outcomes, strict=True)
+        for delivery in claimed:
+            self._in_flight[delivery.endpoint_id] += 1
+            sending = asyncio.create_task(self._deliver(delivery))
+            self._sending.add(sending)
+            sending.add_done_callback(self._sending.discard)
+        # Another tick at once: the endpoints this claim filled are skipped next time,
+        # so the others' due deliveries are reached.
+        return bool(claimed)
+
+    async def _deliver(self, delivery: outbox.Delivery) -> None:
+        try:
+            error = await self._post(delivery)
+        finally:
+            self._in_flight[delivery.endpoint_id] -= 1
+            if self._in_flight[delivery.endpoint_id] <= 0:
+                del self._in_flight[delivery.endpoint_id]
+        self._outcomes.append((delivery, error))
+        self.nudge()
+
+    async def _record(self) -> None:
+        """Write the outcomes that came back in one transaction; they stay to be written
+        again if it fails (a delivered row stays leased until then, so it is not sent
+        twice meanwhile)."""
+        outcomes = list(self._outcomes)
+        if not outcomes:
+            return
+        done = [d.id for d, error in outcomes if error is None]
+        failures = [
+            (d, outbox.Failure(d.id, d.attempts, error, self._retry_in(d)))
+            for d, error in outcomes
             if error is not None
         ]
         async with self.engine.begin() as conn:
             await outbox.delivered(conn, done)
-            await outbox.failed(conn, failures)
+            await outbox.failed(conn, [failure for _, failure in failures])
+        del self._outcomes[: len(outcomes)]
         self.delivered += len(done)
-        for failure, d in ((f, d) for f in failures for d in claimed if d.id == f.id):
+        for d, failure in failures:
             if failure.retry_in is None:
                 log.error(
                     "webhook delivery %d (%s of run %s to %s) dead-lettered after %d attempts: "
@@ -232,7 +288,14 @@ class RelayLoop(Loop):
                     failure.retry_in.total_seconds(),
                     extra={"run_id": str(d.run_id)},
                 )  # fmt: skip
-        return len(claimed) >= self.settings.batch_size
+
+    def _retry_in(self, delivery: outbox.Delivery) -> timedelta | None:
+        """The back-off after this failed attempt, or None: the budget is spent."""
+        if delivery.attempts >= self.settings.max_attempts:
+            return None
+        return retry_delay(
+            delivery.attempts, self.settings.retry_delay, self.settings.max_retry_delay
+        )
 
     async def _post(self, delivery: outbox.Delivery) -> str | None:
         """POST one delivery; None when the endpoint answered 2xx, else why not."""
@@ -245,7 +308,7 @@ class RelayLoop(Loop):
             )
         except httpx.TimeoutException:
             return f"timed out after {self.settings.request_timeout:g}s"
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
             return f"{type(error).__name__}: {one_line(error)}"[:MAX_ERROR_CHARS]
         if response.is_success:
             return None

@@ -58,7 +58,8 @@ class Timing:
         except CronSimError as exc:
             raise InvalidSchedule(
                 f"schedule {name!r}: bad cron expression {cron!r}: {exc} "
-                "(five fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *')"
+                "(five fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *'; "
+                "or six, with seconds first, e.g. '*/10 * * * * *')"
             ) from None
         return cls(cron, None, timezone)
 
@@ -127,16 +128,25 @@ class Plan:
     next_fire_at: datetime
 
 
-def plan(timing: Timing, policy: Policy, next_fire_at: datetime, now: datetime) -> Plan:
+def plan(
+    timing: Timing,
+    policy: Policy,
+    next_fire_at: datetime,
+    now: datetime,
+    poll_interval: timedelta = timedelta(0),
+) -> Plan:
     """What a due schedule does at ``now``: the ticks in ``[next_fire_at, now]`` are
     due; ALL fires up to ``max_catch_up`` of the latest of them, ONCE the latest, SKIP
-    the latest only if it is at most ``grace`` old. The next fire is the first tick
-    after ``now`` whatever was fired, so a tick never fires twice."""
+    the latest only if it is at most ``grace`` old, not counting the ``poll_interval``
+    of the loop that looks: a poll that comes up to one interval after the tick is on
+    time, so a grace shorter than the interval (zero even) never drops a tick that a
+    running decider reached at its next poll. The next fire is the first tick after
+    ``now`` whatever was fired, so a tick never fires twice."""
     if next_fire_at > now:
         return Plan((), next_fire_at)
     limit = policy.max_catch_up if policy.catch_up is CatchUp.ALL else 1
     due = ticks_back(timing, now, next_fire_at, limit)
-    if policy.catch_up is CatchUp.SKIP and due and now - due[0] > policy.grace:
+    if policy.catch_up is CatchUp.SKIP and due and now - due[0] > policy.grace + poll_interval:
         due = []
     return Plan(tuple(reversed(due)), next_tick(timing, now))
 

@@ -80,13 +80,16 @@ async def start_scheduled(
     return [run.run_id for run in started]
 
 
-async def fire_due(conn: AsyncConnection, now: datetime, limit: int) -> int:
+async def fire_due(
+    conn: AsyncConnection, now: datetime, limit: int, poll_interval: timedelta
+) -> int:
     """Fire the schedules due at ``now`` by their catch-up policy and move each to its
-    next tick (schedule loop); the number of schedules taken."""
+    next tick (schedule loop, polling every ``poll_interval``); the number of schedules
+    taken."""
     due = await schedules.take_due(conn, now, limit)
     for stored in due:
         schedule = stored.schedule
-        fire = plan(schedule.timing, schedule.policy, stored.next_fire_at, now)
+        fire = plan(schedule.timing, schedule.policy, stored.next_fire_at, now, poll_interval)
         await start_scheduled(
             conn, schedule, [idempotency_key(schedule.name, t) for t in fire.ticks]
         )
@@ -115,7 +118,9 @@ class ScheduleLoop(Loop):
 
     async def tick(self) -> bool:
         async with self.engine.begin() as conn:
-            taken = await fire_due(conn, self.clock(), self.batch_size)
+            taken = await fire_due(
+                conn, self.clock(), self.batch_size, timedelta(seconds=self.poll_interval)
+            )
         return taken >= self.batch_size
 
 

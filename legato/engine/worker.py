@@ -295,6 +295,7 @@ class Worker(Loop):
         item = flight.claimed
         definition = flight.definition
         output: JsonValue = None
+        cached = False
         error: TaskError | None = None
         timed_out = False
         # The worker enforces start_to_close itself; the decider's timer is the backstop.
@@ -302,7 +303,7 @@ class Worker(Loop):
         deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
         try:
             async with deadline:
-                output = await hooks.observed_attempt(
+                output, cached = await hooks.observed_attempt(
                     item, output_cache.invoke(self.engine, definition, ctx, item.input)
                 )
         except asyncio.CancelledError:
@@ -336,7 +337,7 @@ class Worker(Loop):
             if timed_out
             else TaskState.FAILED
         )
-        return _report(item, state, output, error)
+        return _report(item, state, output, error, cached=cached and error is None)
 
     async def _run_transactional(self, flight: _InFlight, ctx: TaskContext) -> Report | None:
         """Run a transactional task's body in a transaction on Legato's database and apply
@@ -561,9 +562,15 @@ _ENDED_BY_TASK = TaskError(
 
 
 def _report(
-    item: task_queue.Claimed, state: TaskState, output: JsonValue, error: TaskError | None
+    item: task_queue.Claimed,
+    state: TaskState,
+    output: JsonValue,
+    error: TaskError | None,
+    *,
+    cached: bool = False,
 ) -> Report:
-    """The report moving a claimed attempt out of RUNNING, with its queue row."""
+    """The report moving a claimed attempt out of RUNNING, with its queue row; ``cached``
+    when the output cache served the output."""
     return Report(
         tasks.Transition(
             run_id=item.run_id,
@@ -573,6 +580,7 @@ def _report(
             output=output,
             error=error,
             from_states=(TaskState.RUNNING,),
+            cached=cached,
         ),
         queue_key=(item.queue, item.task_id),
     )

@@ -1,9 +1,10 @@
 """OpenTelemetry spans (the ``legato[otel]`` extra): imported on first use, and a no-op
 without ``opentelemetry-api``, or with the API but no SDK configured.
 
-``Client.start`` stores the caller's W3C trace context with the run; each attempt's
-span (``legato.attempt``) is started in that context, so task spans join the trace of
-the request that started the run. Each decision batch is one ``legato.decide`` span.
+``Client.start`` stores the caller's W3C trace context with the run, and a child run
+started by the decider takes its parent's; each attempt's span (``legato.attempt``) is
+started in that context, so task spans, a child run's included, join the trace of the
+request that started the run. Each decision batch is one ``legato.decide`` span.
 """
 
 from __future__ import annotations

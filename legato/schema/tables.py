@@ -213,6 +213,8 @@ class TasksColumns(TableColumns):
     started_at = time_col()
     finished_at = time_col()
     lease_owner = text_col(nullable=True)
+    # The output came from the output cache: the body did not run.
+    cached: Column[bool] = Column(Boolean, nullable=False, server_default=false())
 
 
 Tasks = TasksColumns(

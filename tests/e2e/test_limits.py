@@ -178,3 +178,13 @@ async def test_a_cached_task_runs_once_for_two_runs_with_equal_inputs(
     assert await second.result(timeout=30) == 49
     assert await other.result(timeout=30) == 64
     assert sorted(limit_flows.CACHED_CALLS) == [7, 8]
+    # The second run's output came from the cache, and its history says so; the first's
+    # body ran, and its event has no such key.
+    events = {
+        handle: [e for e in await client.history(handle.run_id) if e.type == "task_completed"]
+        for handle in (first, second)
+    }
+    (ran,), (served,) = events[first], events[second]
+    assert isinstance(ran.data, dict) and isinstance(served.data, dict)
+    assert "cached" not in ran.data and ran.data["output"] == 49
+    assert served.data["cached"] is True and served.data["output"] == 49

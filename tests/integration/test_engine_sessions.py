@@ -3,12 +3,14 @@ caller passes through ``connect_args`` kept."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import text
 
 from legato.db import create_engine
 
 
-async def _show(url: str, *names: str, **options: object) -> list[str]:
+async def _show(url: str, *names: str, **options: Any) -> list[str]:
     engine = create_engine(url, "legato", **options)
     try:
         async with engine.connect() as conn:

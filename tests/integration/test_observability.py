@@ -6,10 +6,12 @@ import asyncio
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +20,17 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato import Client, RunFailed, Runtime
+from legato import App, Client, Flow, Node, NodeKind, RunFailed, Runtime, workflow
 from legato.cli import main
 from legato.engine.repositories import decide_queue, stats
+from legato.observability import disable_metrics, enable_metrics
+from legato.observability.sampler import BacklogSampler
 from legato.runtime import Roles
-from tests.integration.observed_flows import app, echo_flow, refuse_flow
+from tests.integration.observed_flows import app, echo, echo_flow, refuse_flow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,6 +113,14 @@ async def _wait_for(check: Callable[[], bool], timeout: float = 20) -> None:
             await asyncio.sleep(0.05)
 
 
+def _attempt_span(spans: InMemorySpanExporter, run_id: uuid.UUID) -> ReadableSpan | None:
+    """The first finished attempt span of run ``run_id``, if one was exported yet."""
+    for span in spans.get_finished_spans():
+        if span.attributes and span.attributes.get("legato.run_id") == str(run_id):
+            return span
+    return None
+
+
 async def test_attempt_span_joins_the_trace_that_started_the_run(
     spans: InMemorySpanExporter, client: Client, runtime: Runtime
 ) -> None:
@@ -115,14 +128,8 @@ async def test_attempt_span_joins_the_trace_that_started_the_run(
         handle = await client.start(echo_flow, 3)
     assert await handle.result(timeout=30) == 3
 
-    def attempt() -> ReadableSpan | None:
-        for span in spans.get_finished_spans():
-            if span.attributes and span.attributes.get("legato.run_id") == str(handle.run_id):
-                return span
-        return None
-
-    await _wait_for(lambda: attempt() is not None)
-    span = attempt()
+    await _wait_for(lambda: _attempt_span(spans, handle.run_id) is not None)
+    span = _attempt_span(spans, handle.run_id)
     assert span is not None and span.parent is not None
     assert span.name == "legato.attempt echo"
     assert span.context is not None
@@ -131,6 +138,35 @@ async def test_attempt_span_joins_the_trace_that_started_the_run(
     assert span.attributes is not None
     assert (span.attributes["legato.node"], span.attributes["legato.attempt"]) == ("echo", 1)
     assert any(s.name == "legato.decide" for s in spans.get_finished_spans())
+
+
+@workflow("echo_then_child")
+def echo_then_child(flow: Flow[int]) -> Node[int]:
+    return flow.child(echo_flow, flow.run(echo, flow.input))
+
+
+async def test_a_child_runs_attempts_continue_the_parents_trace(
+    spans: InMemorySpanExporter, engine: AsyncEngine
+) -> None:
+    parent_app = App([echo_then_child])
+    async with (
+        Client(engine, app=parent_app) as client,
+        Runtime(engine, parent_app, poll_interval=0.2),
+    ):
+        with trace.get_tracer("test").start_as_current_span("POST /orders") as request:
+            handle = await client.start(echo_then_child, 4)
+        assert await handle.result(timeout=30) == 4
+        details = await client.get_run(handle.run_id)
+    (child_id,) = [t.task_id for t in details.tasks if t.kind is NodeKind.CHILD]
+
+    await _wait_for(lambda: _attempt_span(spans, handle.run_id) is not None)
+    await _wait_for(lambda: _attempt_span(spans, child_id) is not None)
+    parent, child = _attempt_span(spans, handle.run_id), _attempt_span(spans, child_id)
+    assert parent is not None and parent.context is not None
+    assert child is not None and child.context is not None and child.parent is not None
+    trace_id = request.get_span_context().trace_id
+    assert parent.context.trace_id == child.context.trace_id == trace_id
+    assert child.parent.span_id == request.get_span_context().span_id
 
 
 def _free_port() -> int:
@@ -201,6 +237,60 @@ async def test_dev_serves_metrics_that_move_with_runs(database_url: str, client:
     assert dev.returncode == 0, err.decode()
 
 
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    """Metrics enabled in this process for one test, into a registry of its own."""
+    registry = CollectorRegistry()
+    assert enable_metrics(registry).registry is registry
+    yield registry
+    disable_metrics()
+
+
+def _task_gauges(registry: CollectorRegistry, queue: str) -> tuple[float | None, float | None]:
+    labels = {"queue": queue}
+    return (
+        registry.get_sample_value("legato_task_queue_depth", labels),
+        registry.get_sample_value("legato_task_queue_oldest_age_seconds", labels),
+    )
+
+
+async def test_a_fresh_apps_queues_report_zero_from_the_first_sample(
+    engine: AsyncEngine, registry: CollectorRegistry
+) -> None:
+    async with Runtime(engine, app, queues=("mail",), poll_interval=0.2):
+        # "default" is the queue of the app's tasks; "mail" one the worker serves.
+        await _wait_for(lambda: _task_gauges(registry, "mail") != (None, None))
+        assert _task_gauges(registry, "default") == (0, 0)
+        assert _task_gauges(registry, "mail") == (0, 0)
+        assert registry.get_sample_value("legato_decide_queue_depth") == 0
+
+
+async def _task_backlog(engine: AsyncEngine) -> list[stats.Backlog]:
+    async with engine.connect() as conn:
+        return await stats.task_backlog(conn)
+
+
+async def test_a_drained_queue_reports_zero(
+    engine: AsyncEngine, client: Client, registry: CollectorRegistry
+) -> None:
+    handles = [await client.start(echo_flow, n) for n in range(3)]
+    sampler = BacklogSampler(engine)  # knows no queue: only what it has sampled
+    # Deciders only: the attempts they enqueue wait, ready, for a worker.
+    async with Runtime(engine, app, roles=Roles(worker=False, timer=False), poll_interval=0.2):
+        async with asyncio.timeout(20):
+            while [b.depth for b in await _task_backlog(engine)] != [3]:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    await sampler.tick()
+    depth, age = _task_gauges(registry, "default")
+    assert depth == 3 and age is not None and age >= 0
+
+    async with Runtime(engine, app, poll_interval=0.2):
+        for handle in handles:
+            await handle.result(timeout=30)
+    await sampler.tick()
+    assert _task_gauges(registry, "default") == (0, 0)
+
+
 async def test_stats_json_reports_a_backlog(
     database_url: str, engine: AsyncEngine, client: Client, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -244,6 +334,24 @@ async def test_stats_json_reports_a_backlog(
     assert rc == 0
     assert "default  3" in text
     assert "quarantined runs: 1" in text
+    assert _label_lines(text) == _label_lines(_documented_stats())
+
+
+def _documented_stats() -> str:
+    """The output of ``legato stats`` that docs/operations.md shows."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page[page.index("### `legato stats`") :]
+    example = section[section.index("$ legato stats\n") + len("$ legato stats\n") :]
+    return example[: example.index("```")]
+
+
+def _label_lines(text: str) -> list[str]:
+    """A stats report's own lines, not the tables' rows, with every figure as N."""
+    return [
+        re.sub(r"\d+(\.\d+)?", "N", line)
+        for line in text.splitlines()
+        if line and not line.startswith(" ")
+    ]
 
 
 async def test_a_bad_log_format_is_one_line(

@@ -14,13 +14,15 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato import Client, RunFailed, RunStatus, Runtime, TaskState
+from legato import App, Client, RunFailed, RunStatus, Runtime, TaskState
 from legato.engine import scheduling
+from legato.engine.repositories import schedules
 from legato.schema import Runs
-from tests.integration.schedule_app import CANCELLED, SKIP_GRACE, Tick, stuck, stuck_app
+from tests.integration.schedule_app import CANCELLED, SKIP_GRACE, Tick, stuck, stuck_app, tick
 from tests.integration.test_cli_runtime import _spawn, _stop, legato_here, one_line_error
 
 APP = "tests.integration.schedule_app:app"
+DECIDER_POLL = timedelta(seconds=0.2)
 
 
 async def _ticks(engine: AsyncEngine) -> dict[str, list[datetime]]:
@@ -56,7 +58,14 @@ async def _deciders(
     """``count`` decider processes, returned once each is listening: a process stopped
     while still importing would die of the SIGTERM instead of stopping gracefully."""
     processes = [
-        await _spawn(database_url, "decider", "--app", APP, "--poll-interval", "0.2")
+        await _spawn(
+            database_url,
+            "decider",
+            "--app",
+            APP,
+            "--poll-interval",
+            str(DECIDER_POLL.total_seconds()),
+        )
         for _ in range(count)
     ]
     deadline = time.monotonic() + 60
@@ -126,7 +135,7 @@ async def test_three_deciders_fire_each_tick_once_and_catch_up_by_policy(
     # (SKIP may fire a tick no older than its grace when the deciders came back).
     assert len(missed("bounded")) <= 2
     assert len(missed("once")) <= 1
-    assert missed("skip", restart - SKIP_GRACE) == []
+    assert missed("skip", restart - SKIP_GRACE - DECIDER_POLL) == []
     # And each resumed firing each tick after the restart.
     for name in ("bounded", "once"):
         assert max(fired[name]) > restart + timedelta(seconds=1)
@@ -149,7 +158,7 @@ async def test_cli_lists_pauses_resumes_and_triggers(
     assert "paused" in (await legato_here(capsys, "schedules", "list", *env)).out
     later = datetime.now(UTC) + timedelta(seconds=5)
     async with engine.begin() as conn:
-        await scheduling.fire_due(conn, later, 100)
+        await scheduling.fire_due(conn, later, 100, timedelta(0))
     fired = await _ticks(engine)
     assert "all" not in fired, "a paused schedule fired"
     assert fired["once"] and fired["bounded"]
@@ -157,7 +166,7 @@ async def test_cli_lists_pauses_resumes_and_triggers(
     resumed = await legato_here(capsys, "schedules", "resume", "all", *env)
     assert resumed.rc == 0 and "next fire" in resumed.out
     async with engine.begin() as conn:
-        await scheduling.fire_due(conn, datetime.now(UTC) + timedelta(seconds=3), 100)
+        await scheduling.fire_due(conn, datetime.now(UTC) + timedelta(seconds=3), 100, timedelta(0))
     assert (await _ticks(engine))["all"]
 
     triggered = await legato_here(capsys, "schedules", "trigger", "skip", *env)
@@ -184,3 +193,36 @@ async def test_run_timeout_fails_a_stuck_run_timed_out_and_cancels_its_attempt(
     assert details.run.status is RunStatus.TIMED_OUT
     states = {task.node_id: task.state for task in details.tasks}
     assert states == {"hang": TaskState.CANCELLED, "never": TaskState.CANCELLED}
+
+
+async def test_a_grace_shorter_than_the_poll_interval_drops_no_tick_a_poll_reached(
+    engine: AsyncEngine,
+) -> None:
+    """grace=0 with a 1 s poll: the tick a poll finds 0.9 s late fires (the poll's own
+    lateness is not "missed"); one found later than grace plus a poll interval is
+    skipped, as a decider outage's is."""
+    prompt = tick.schedule(
+        "prompt", every=timedelta(hours=1), grace=timedelta(0), input=Tick(label="p")
+    )
+    try:
+        async with Client(engine) as client:
+            await client.deploy(App([tick]))
+    finally:
+        del tick.schedules["prompt"]  # the module's app keeps its four schedules
+    async with engine.connect() as conn:
+        stored = await schedules.get(conn, prompt.name)
+    assert stored is not None
+    first = stored.next_fire_at
+    poll = 1.0
+
+    def at(moment: datetime) -> scheduling.ScheduleLoop:
+        return scheduling.ScheduleLoop(engine, poll_interval=poll, clock=lambda: moment)
+
+    await at(first + timedelta(seconds=0.9)).tick()
+    assert (await _ticks(engine))["prompt"] == [first]
+    second = first + timedelta(hours=1)
+    await at(second + timedelta(seconds=poll + 0.1)).tick()  # past grace + one poll
+    assert (await _ticks(engine))["prompt"] == [first]
+    async with engine.connect() as conn:
+        moved = await schedules.get(conn, prompt.name)
+    assert moved is not None and moved.next_fire_at == second + timedelta(hours=1)

@@ -102,6 +102,14 @@ def test_skip_fires_the_latest_tick_only_within_its_grace() -> None:
     assert _plan(CatchUp.SKIP, 60, timedelta(seconds=6), grace=grace) == []
 
 
+def test_skip_does_not_count_the_poll_interval_against_the_grace() -> None:
+    grace, poll = timedelta(0), timedelta(seconds=1)
+    on_time = plan(MINUTE, Policy(CatchUp.SKIP, grace=grace), T, T + timedelta(seconds=0.9), poll)
+    assert on_time.ticks == (T,)
+    late = plan(MINUTE, Policy(CatchUp.SKIP, grace=grace), T, T + timedelta(seconds=1.1), poll)
+    assert late.ticks == ()
+
+
 def test_a_schedule_not_yet_due_fires_nothing() -> None:
     result = plan(MINUTE, Policy(CatchUp.ALL), T + timedelta(minutes=1), T)
     assert result.ticks == () and result.next_fire_at == T + timedelta(minutes=1)
@@ -160,6 +168,15 @@ def test_bad_schedule_options_name_the_value(options: dict[str, object], message
     with pytest.raises(InvalidSchedule, match=message):
         report.schedule("bad", input=Report(region="eu"), **options)  # type: ignore[arg-type]
     assert "bad" not in report.schedules
+
+
+def test_the_cron_hint_names_both_accepted_shapes() -> None:
+    with pytest.raises(InvalidSchedule) as bad:
+        report.schedule("bad", cron="* * *", input=Report(region="eu"))
+    assert "five fields" in str(bad.value) and "or six, with seconds first" in str(bad.value)
+    seconds = report.schedule("every-10s", cron="*/10 * * * * *", input=Report(region="eu"))
+    assert next_tick(seconds.timing, T) == T + timedelta(seconds=10)
+    del report.schedules["every-10s"]
 
 
 def test_schedule_input_must_fit_the_workflow_input() -> None:

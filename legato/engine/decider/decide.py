@@ -183,6 +183,8 @@ class Decision:
             )
             if rec.error is not None:
                 data["error"] = rec.error.model_dump(mode="json")
+            if rec.cached:
+                data["cached"] = True
             self._emit(
                 AppendEvent(
                     type=f"task_{rec.state.value.lower()}",

@@ -63,6 +63,7 @@ class TaskRecord:
     observed: bool = False
     created_at: datetime
     finished_at: datetime | None = None
+    cached: bool = False  # the output came from the output cache
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,7 @@ replayed on its own. A delivered row is deleted; the table holds only work.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -23,6 +23,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     Interval,
+    all_,
     any_,
     bindparam,
     case,
@@ -40,7 +41,13 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import in_array, rows_of, text_array, uuid_array
+from legato.engine.repositories.params import (
+    in_array,
+    int_array,
+    rows_of,
+    text_array,
+    uuid_array,
+)
 from legato.schema import Outbox, Runs, WebhookEndpoints
 from legato.schema.types import JSON_VALUE
 
@@ -177,26 +184,76 @@ def _delivery_columns() -> tuple[Any, ...]:
     )
 
 
-async def claim(conn: AsyncConnection, limit: int, lease: timedelta) -> list[Delivery]:
-    """Claim up to ``limit`` due deliveries, oldest first (relay loop): lock them ``FOR
+async def claim(
+    conn: AsyncConnection,
+    limit: int,
+    lease: timedelta,
+    per_endpoint: int | None = None,
+    in_flight: Mapping[int, int] | None = None,
+) -> list[Delivery]:
+    """Claim up to ``limit`` due deliveries, oldest first (relay loop), at most
+    ``per_endpoint`` (default: ``limit``) per endpoint counting the ``in_flight`` ones
+    the caller already sends to it: the due rows are scanned oldest first, skipping
+    endpoints with no room left (so a stuck endpoint's backlog cannot fill the scan),
+    numbered per endpoint, and kept while an endpoint has room; those are locked ``FOR
     UPDATE SKIP LOCKED`` in a materialized CTE, then, by primary key, count the attempt
-    and push ``next_attempt_at`` a ``lease`` ahead — the lease: a relay killed mid-delivery
-    leaves the row due again once it passes, so nothing is lost (and the receiver may see
-    the event twice, with the same event id). Commit at once: no transaction stays open
-    across HTTP. Served by the partial index ``ix_outbox_relay_due``."""
-    result = await conn.execute(_claim_statement(), {"limit": limit, "lease": lease})
+    and push ``next_attempt_at`` a ``lease`` ahead — the lease: a relay killed
+    mid-delivery leaves the row due again once it passes, so nothing is lost (and the
+    receiver may see the event twice, with the same event id). Commit at once: no
+    transaction stays open across HTTP. Served by the partial index
+    ``ix_outbox_relay_due``."""
+    cap = limit if per_endpoint is None else per_endpoint
+    sending = {endpoint: count for endpoint, count in (in_flight or {}).items() if count > 0}
+    result = await conn.execute(
+        _claim_statement(),
+        {
+            "limit": limit,
+            "lease": lease,
+            "per_endpoint": cap,
+            "full_endpoints": [e for e, count in sending.items() if count >= cap],
+            "busy_endpoints": list(sending),
+            "busy_counts": list(sending.values()),
+        },
+    )
     return sorted((Delivery(*row) for row in result.all()), key=lambda d: d.id)
 
 
 @cache
 def _claim_statement() -> Any:
+    full = bindparam("full_endpoints", type_=ARRAY(BigInteger()))
     due = (
-        select(Outbox.id)
-        .where(Outbox.dead_lettered_at.is_(None), Outbox.next_attempt_at <= func.now())
+        select(Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
+        .where(
+            Outbox.dead_lettered_at.is_(None),
+            Outbox.next_attempt_at <= func.now(),
+            Outbox.endpoint_id != all_(full),
+        )
         .order_by(Outbox.next_attempt_at)
         .limit(bindparam("limit", type_=Integer()))
+        .subquery("due")
     )
-    claimed = locked(due, "claimed")
+    numbered = select(
+        due.c.id,
+        due.c.endpoint_id,
+        func.row_number()
+        .over(partition_by=due.c.endpoint_id, order_by=(due.c.next_attempt_at, due.c.id))
+        .label("place"),
+    ).cte("numbered")
+    busy = rows_of(
+        "busy",
+        endpoint_id=bindparam("busy_endpoints", type_=ARRAY(BigInteger())),
+        in_flight=int_array("busy_counts"),
+    )
+    room = (
+        select(Outbox.id)
+        .join(numbered, numbered.c.id == Outbox.id)
+        .outerjoin(busy, busy.c.endpoint_id == numbered.c.endpoint_id)
+        .where(
+            numbered.c.place + func.coalesce(busy.c.in_flight, 0)
+            <= bindparam("per_endpoint", type_=Integer())
+        )
+    )
+    claimed = locked(room, "claimed", of=Outbox.table)
     return (
         update(Outbox.table)
         .where(Outbox.id == claimed.c.id, WebhookEndpoints.id == Outbox.endpoint_id)

@@ -153,19 +153,37 @@ def _start_one_statement() -> Select[uuid.UUID]:
     return _with_history_and_queue(_NEW_RUNS.insert_one(status=_RUNNING))
 
 
-async def start_runs(conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str) -> None:
+@cache
+def _start_children_statement() -> Select[uuid.UUID]:
+    parent = Runs.table.alias("parent")
+    inherited = (
+        select(parent.c.trace_context)
+        .where(parent.c.id == _NEW_RUNS.value("parent_run_id"))
+        .scalar_subquery()
+    )
+    return _with_history_and_queue(_NEW_RUNS.insert(status=_RUNNING, trace_context=inherited))
+
+
+async def start_runs(
+    conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str, *, children: bool = False
+) -> None:
     """Start runs in ONE statement (Client.start_many, Client.start with an idempotency
-    key or a caller's connection, and the decider for child runs): insert the RUNNING
-    runs, their first history event and their decide_queue rows (available at
-    ``scheduled_at`` or now); the decide_queue trigger NOTIFYs the deciders.
+    key or a caller's connection, the schedule loop, and the decider for child runs):
+    insert the RUNNING runs, their first history event and their decide_queue rows
+    (available at ``scheduled_at`` or now); the decide_queue trigger NOTIFYs the deciders.
+
+    With ``children`` each run takes its parent's trace context in the same INSERT
+    (its own is ignored), so a child's attempts join the trace of the request that
+    started the parent.
 
     A single statement is atomic on its own, so a start outside a transaction is one
     round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
-    any number of runs, built once. Primary keys of ``runs``, ``run_events`` and
-    ``decide_queue``.
+    any number of runs, built once. Primary keys of ``runs`` (a child's parent too),
+    ``run_events`` and ``decide_queue``.
     """
     if new_runs:
-        await conn.execute(_start_statement(), {**_NEW_RUNS.bind(new_runs), "reason": reason})
+        statement = _start_children_statement() if children else _start_statement()
+        await conn.execute(statement, {**_NEW_RUNS.bind(new_runs), "reason": reason})
 
 
 async def start_one(driver: DriverStatements, new: NewRun, reason: str) -> None:

@@ -56,6 +56,7 @@ class TaskRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    cached: bool  # a COMPLETED attempt whose output the output cache served
 
 
 # The columns of a ``TaskRow``, in its field order: a query reading attempts selects
@@ -75,6 +76,7 @@ TASK_ROW_COLUMNS = (
     Tasks.created_at,
     Tasks.started_at,
     Tasks.finished_at,
+    Tasks.cached,
 )
 
 
@@ -110,6 +112,7 @@ def _load_statement() -> Select[
     datetime,
     datetime,
     datetime,
+    bool,
 ]:
     return (
         select(Tasks.run_id, *TASK_ROW_COLUMNS)
@@ -162,6 +165,7 @@ def _snapshot_statement() -> Any:
         null(),  # created_at: NULL sorts last, so a signal's order is its id's
         Signals.created_at,
         null(),  # finished_at
+        false(),  # cached
     ).where(in_array(Signals.run_id, run_ids), Signals.consumed_at.is_(None))
     # Positions in the union: run_id, which, then TASK_ROW_COLUMNS.
     return union_all(attempts, pending).order_by(
@@ -222,13 +226,14 @@ class Transition(NamedTuple):
     from_states: Collection[TaskState] = ACTIVE_TASK_STATES
     # The decider writes this move's history in the same decision (its own resolves).
     observed: bool = False
+    cached: bool = False  # a completion served by the output cache
 
 
 _MOVES = Unnest(
     "moves",
     Transition,
     Tasks,
-    fields=("run_id", "task_id", "attempt", "state", "output", "error", "observed"),
+    fields=("run_id", "task_id", "attempt", "state", "output", "error", "observed", "cached"),
     columns={"task_id": Tasks.id},
 )
 
