@@ -60,7 +60,7 @@ def over_tls(scope: Scope) -> bool:
     Behind a proxy this is the scheme the server rewrote from ``X-Forwarded-Proto``,
     which uvicorn does only for the proxies it trusts (``FORWARDED_ALLOW_IPS``).
     """
-    return scope.get("scheme") in ("https", "wss")
+    return scope.get("scheme") == "https"
 
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -153,8 +153,7 @@ class HostGuard:
             f"legato ui: refused a request with {named}: this dashboard answers only to "
             "localhost, 127.0.0.1, [::1] and the hosts it is allowed, so that a page on "
             "another site cannot reach it through DNS rebinding. If you open it by that "
-            f"name, start it with `legato ui {allow}` (create_app(allowed_hosts=[...])), "
-            "or give it an access token (--token)\n"
+            f"name, start it with `legato ui {allow}` (create_app(allowed_hosts=[...]))\n"
         )
         await _respond(
             send, 421, message.encode(), [(b"content-type", b"text/plain; charset=utf-8")]
