@@ -2,7 +2,8 @@
 
 Safe by default: it binds to loopback and is read-only; ``--allow-actions`` turns on
 cancel, signal and resume, and binding anywhere else needs ``--token`` (or
-``LEGATO_UI_TOKEN``), which every request must then carry.
+``LEGATO_UI_TOKEN``), which every request must then carry. Without a token it answers
+only to loopback ``Host`` names, the address it is bound to and ``--allowed-host``.
 """
 
 from __future__ import annotations
@@ -41,12 +42,31 @@ def check_exposure(host: str, token: str | None) -> None:
         )
 
 
+def allowed_hosts(given: list[str] | None, bound: str, token: str | None) -> list[str] | None:
+    """The ``Host`` names to answer to besides loopback: ``--allowed-host`` (else
+    ``$LEGATO_UI_ALLOWED_HOSTS``, comma-separated) and the bound address; None, any
+    host, with a token and none given."""
+    from legato.ui.security import allowed_host
+
+    source = "--allowed-host"
+    if not given and os.environ.get("LEGATO_UI_ALLOWED_HOSTS", "").strip():
+        source = "LEGATO_UI_ALLOWED_HOSTS"
+        given = os.environ["LEGATO_UI_ALLOWED_HOSTS"].split(",")
+    if not given:
+        return None if token is not None else [bound]
+    try:
+        return [*map(allowed_host, given), bound]
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{source}: {error}") from None
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen()  # connections queue from the banner on, not from uvicorn's start
     except OSError as error:
         sock.close()
         raise ConfigurationError(
@@ -65,11 +85,11 @@ async def _ui(args: argparse.Namespace) -> int:
         from legato.ui import create_app
     except ImportError as error:
         raise ConfigurationError(
-            f"legato ui needs the ui extra ({error.name} is missing): "
-            "pip install 'legato[ui]'"
+            f"legato ui needs the ui extra ({error.name} is missing): pip install 'legato[ui]'"
         ) from None
     token = args.token or os.environ.get("LEGATO_UI_TOKEN") or None
     check_exposure(args.host, token)
+    hosts = allowed_hosts(args.allowed_host, args.host, token)
     app = load_app(args.app) if args.app else None
     read_only = not args.allow_actions
     async with connected(args, app) as client:
@@ -81,7 +101,11 @@ async def _ui(args: argparse.Namespace) -> int:
         if token is not None:
             print(f"  open http://{shown}:{port}/?token=... once to sign this browser in")
         config = uvicorn.Config(
-            create_app(client, read_only=read_only, token=token),
+            create_app(client, read_only=read_only, token=token, allowed_hosts=hosts),
+            # The cookies are Secure when scope["scheme"] is https, which uvicorn also
+            # sets from X-Forwarded-Proto, for the proxies in $FORWARDED_ALLOW_IPS only
+            # (default: 127.0.0.1 and ::1).
+            proxy_headers=True,
             log_level=args.log_level.lower(),
             access_log=args.log_level == "DEBUG",
             lifespan="on",
@@ -100,6 +124,7 @@ def register(commands: Any) -> None:
   legato ui                                  # http://127.0.0.1:8080/, read-only
   legato ui --allow-actions --app examples.signup:app
   LEGATO_UI_TOKEN=s3cret legato ui --host 0.0.0.0 --port 9000
+  legato ui --allowed-host dash.internal     # reached as http://dash.internal:8080/
 """,
         description="Serve the Legato dashboard: runs with filters, each run's graph, "
         "attempts and live history, workflows and their versions, queues, quarantined runs.",
@@ -129,6 +154,15 @@ def register(commands: Any) -> None:
         type=nonempty,
         help="an access token every request must carry; required with a --host other than "
         "loopback (default: $LEGATO_UI_TOKEN)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a Host name to answer to besides localhost, 127.0.0.1, [::1] and --host "
+        "(repeatable; *.example.com for subdomains, * for any); without --token every other "
+        "Host is refused, with --token any Host is accepted unless this is given "
+        "(default: $LEGATO_UI_ALLOWED_HOSTS, comma-separated)",
     )
     parser.add_argument(
         "--app",

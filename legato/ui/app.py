@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +26,6 @@ from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -52,10 +51,11 @@ from legato.ui import graph
 from legato.ui.filters import parse_filter
 from legato.ui.security import (
     CSRF_COOKIE,
-    TokenGuard,
+    SecuredStarlette,
     cookies,
     csrf_cookie,
     csrf_problem,
+    guards,
     new_csrf_token,
 )
 
@@ -450,12 +450,20 @@ def _prefix(request: Request) -> str:
 
 
 def create_app(
-    client: Client, *, read_only: bool = True, token: str | None = None
+    client: Client,
+    *,
+    read_only: bool = True,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard over ``client``'s database, as an ASGI app.
 
     ``read_only`` (the default) refuses cancel, signal and resume. With ``token``,
     every request must carry it; without one, put the app behind your own auth.
+    ``allowed_hosts`` are the ``Host`` names it answers to besides localhost,
+    127.0.0.1 and [::1] (``*.example.com`` for subdomains, ``*`` for any); without a
+    token it answers to those names only, with a token to any host unless
+    ``allowed_hosts`` is given. A bad entry raises ``ConfigurationError``.
     The client is the caller's: the app does not close it.
     """
     ui = Dashboard(client, read_only=read_only)
@@ -485,9 +493,11 @@ def create_app(
         DBAPIError: ui.database_error,
         OSError: ui.database_error,
     }
-    guards = [Middleware(TokenGuard, token=token)] if token else []
-    app = Starlette(
-        routes=routes, exception_handlers=handlers, lifespan=lifespan, middleware=guards
+    app = SecuredStarlette(
+        routes=routes,
+        exception_handlers=handlers,
+        lifespan=lifespan,
+        middleware=guards(token or None, allowed_hosts),
     )
     app.state.dashboard = ui
     return app
