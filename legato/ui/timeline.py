@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from markupsafe import escape
 
-from legato.engine.repositories.tasks import TaskRow
 from legato.schema import NodeKind, TaskState
 
 WAIT_KINDS = frozenset({NodeKind.SLEEP, NodeKind.EVENT, NodeKind.CHILD})
@@ -28,7 +28,28 @@ MAX_LANES = 120
 TICK_STEPS_MS = tuple(int(m * 10**e) for e in range(9) for m in (1, 2, 5))
 
 
-def drawn(row: TaskRow) -> bool:
+class Span(Protocol):
+    """An attempt as the timeline reads it (a task row, or the Client's ``Attempt``)."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def kind(self) -> NodeKind: ...
+    @property
+    def state(self) -> TaskState: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
+
+
+def drawn(row: Span) -> bool:
     """Whether the timeline has a bar for this attempt."""
     return row.kind in DRAWN_KINDS and row.state is not TaskState.SKIPPED
 
@@ -42,11 +63,11 @@ def span_text(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def _lane_key(row: TaskRow) -> tuple[str, int]:
+def _lane_key(row: Span) -> tuple[str, int]:
     return (row.node_id, row.iteration)
 
 
-def _lane_label(row: TaskRow) -> str:
+def _lane_label(row: Span) -> str:
     label = row.node_id if row.kind is not NodeKind.MAP else f"{row.node_id}[{row.iteration}]"
     return label if len(label) <= 26 else label[:25] + "…"
 
@@ -57,7 +78,7 @@ def _tick_step(total_ms: float) -> int:
     return fitting[0] if fitting else TICK_STEPS_MS[-1]
 
 
-def render_timeline(attempts: Sequence[TaskRow], start: datetime, now: datetime) -> str | None:
+def render_timeline(attempts: Sequence[Span], start: datetime, now: datetime) -> str | None:
     """The ``<svg>`` timeline of ``attempts`` from ``start`` (the run's creation), or
     None when nothing took time yet."""
     rows = [row for row in attempts if drawn(row)]
@@ -69,7 +90,7 @@ def render_timeline(attempts: Sequence[TaskRow], start: datetime, now: datetime)
     def x(moment: datetime) -> float:
         return round(LABEL_W + (moment - start).total_seconds() / total * PLOT_W, 1)
 
-    lanes: dict[tuple[str, int], list[TaskRow]] = {}
+    lanes: dict[tuple[str, int], list[Span]] = {}
     for row in sorted(rows, key=lambda r: (r.created_at, r.node_id, r.iteration, r.attempt)):
         lanes.setdefault(_lane_key(row), []).append(row)
     shown = list(lanes.items())[:MAX_LANES]
@@ -108,7 +129,7 @@ def render_timeline(attempts: Sequence[TaskRow], start: datetime, now: datetime)
     return "".join(parts)
 
 
-def _bar(row: TaskRow, top: int, now: datetime, x: Callable[[datetime], float]) -> str:
+def _bar(row: Span, top: int, now: datetime, x: Callable[[datetime], float]) -> str:
     """One attempt: its queued line and its working (or waiting) bar, with a title."""
     finished = row.finished_at or now
     waits = row.kind in WAIT_KINDS

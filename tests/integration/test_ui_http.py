@@ -327,7 +327,7 @@ async def test_a_run_whose_spec_no_longer_validates_still_has_its_pages(
 async def test_queues_page_counts_decisions_as_legato_stats_does(
     client: Client, engine: AsyncEngine
 ) -> None:
-    due = await client.start(signup, Signup(email="ada@example.com"))
+    await client.start(signup, Signup(email="ada@example.com"))  # due for a decision
     parked = await client.start(signup, Signup(email="bob@example.com"))
     async with engine.begin() as conn:
         await decide_queue.record_failure(conn, parked.run_id, 10, "KeyError: x", None)
@@ -336,10 +336,11 @@ async def test_queues_page_counts_decisions_as_legato_stats_does(
     async with engine.connect() as conn:
         autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
         figures = await gather(autocommit, timedelta(hours=24), datetime.now(UTC))
+    decide = figures["decide_queue"]
+    assert isinstance(decide, dict)
     shown = re.search(r'id="decide-depth">(\d+) runs? waiting for a decision', page)
-    assert shown and int(shown.group(1)) == figures["decide_queue"]["depth"] == 1
+    assert shown and int(shown.group(1)) == decide["depth"] == 1
     assert figures["quarantined_runs"] == 1 and "1 quarantined run" in page
-    assert str(due.run_id) not in page
 
 
 async def test_run_pages_read_at_a_glance(client: Client) -> None:
