@@ -21,8 +21,8 @@ from legato.schema import NodeKind, TaskState
 WAIT_KINDS = frozenset({NodeKind.SLEEP, NodeKind.EVENT, NodeKind.CHILD})
 DRAWN_KINDS = WAIT_KINDS | {NodeKind.TASK, NodeKind.MAP, NodeKind.HANDLER}
 
-LABEL_W, PLOT_W, PAD = 190, 860, 10
-AXIS_H, LANE_H, BAR_H, QUEUED_H = 24, 18, 12, 3
+LABEL_W, PLOT_W, PAD = 190, 1100, 10
+AXIS_H, LANE_H, BAR_H, QUEUED_H = 24, 16, 11, 3
 MIN_BAR = 2.0
 MAX_LANES = 120
 TICK_STEPS_MS = tuple(int(m * 10**e) for e in range(9) for m in (1, 2, 5))
@@ -59,7 +59,7 @@ def span_text(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 120:
-        return f"{seconds:.2f} s".replace(".00 s", " s")
+        return f"{seconds:.2f}".rstrip("0").rstrip(".") + " s"
     return f"{seconds / 60:.1f} min"
 
 

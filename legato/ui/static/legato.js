@@ -42,6 +42,10 @@
   source.addEventListener("end", function () {
     source.close();
     state.textContent = "finished";
+    var actions = document.querySelector(".actions");  // a finished run takes none
+    if (actions) {
+      actions.remove();
+    }
   });
   source.onerror = function () {
     state.textContent = "reconnecting…";
