@@ -2,8 +2,9 @@
 and a host service can mount it (``Mount("/legato", create_app(client))``).
 
 Pages are rendered on the server (Jinja2, autoescaped: payloads are user data); the
-only script is the live history tail, an ``EventSource`` on a server-sent event
-stream fed by the ``run_events`` NOTIFY channel.
+only script is the live run page, an ``EventSource`` on a server-sent event stream fed
+by the ``run_events`` NOTIFY channel: it appends the new history and swaps in the
+header, graph, timeline and attempts the server re-renders.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,7 @@ from starlette.staticfiles import StaticFiles
 from legato.arguments import as_run_id
 from legato.client import Client
 from legato.engine.decider.model import FINAL_EVENT_TYPES
-from legato.engine.loops import Wakeups
-from legato.engine.repositories import definitions, notify, ui_queries
+from legato.engine.repositories import definitions, stats, ui_queries
 from legato.errors import (
     InvalidArgument,
     InvalidInput,
@@ -45,10 +44,10 @@ from legato.errors import (
     RunNotFound,
     UnknownWorkflow,
 )
-from legato.flow.spec import WorkflowSpec
 from legato.models import HistoryEvent
-from legato.ui import graph
+from legato.ui import graph, timeline, views
 from legato.ui.filters import parse_filter
+from legato.ui.live import Live
 from legato.ui.security import (
     CSRF_COOKIE,
     SecuredStarlette,
@@ -62,7 +61,6 @@ from legato.ui.security import (
 log = logging.getLogger("legato.ui")
 
 HERE = Path(__file__).parent
-PREVIEW_CHARS = 1500
 MAX_FORM_BYTES = 2 << 20
 LIVE_POLL_SECONDS = 2.0
 
@@ -78,82 +76,33 @@ class Refused(LegatoError):
     """An action the dashboard will not take (read-only, CSRF); answered with 403."""
 
 
-def pretty(value: JsonValue) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-def when(moment: datetime | None) -> str:
-    return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def duration(start: datetime | None, end: datetime | None) -> str:
-    if start is None or end is None:
-        return ""
-    seconds = (end - start).total_seconds()
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
-@dataclass
-class _Live:
-    """One LISTEN connection on the run_events channel, shared by every open tail;
-    each tail waits on its own event, set when its run's history grows."""
-
-    client: Client
-    watchers: dict[str, set[asyncio.Event]] = field(default_factory=dict)
-    wakeups: Wakeups | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def _on_payload(self, payload: str) -> None:
-        for event in self.watchers.get(payload.partition(":")[0], ()):
-            event.set()
-
-    async def watch(self, run_id: uuid.UUID) -> asyncio.Event:
-        event = asyncio.Event()
-        self.watchers.setdefault(str(run_id), set()).add(event)
-        async with self.lock:
-            try:
-                if self.wakeups is None:
-                    self.wakeups = Wakeups(self.client.engine)
-                    await self.wakeups.subscribe(
-                        notify.events_channel(self.client.schema), self._on_payload
-                    )
-                else:
-                    await self.wakeups.ensure_listening()
-            except Exception as error:  # a hint only: the tail polls as well
-                log.warning("cannot LISTEN for history (%s); polling instead", error)
-        return event
-
-    def unwatch(self, run_id: uuid.UUID, event: asyncio.Event) -> None:
-        watching = self.watchers.get(str(run_id))
-        if watching is not None:
-            watching.discard(event)
-            if not watching:
-                del self.watchers[str(run_id)]
-
-    async def close(self) -> None:
-        if self.wakeups is not None:
-            await self.wakeups.close()
-            self.wakeups = None
-
-
 class Dashboard:
     """The routes' shared state: the client, the options and the template environment."""
 
     def __init__(self, client: Client, *, read_only: bool) -> None:
         self.client = client
         self.read_only = read_only
-        self.live = _Live(client)
-        self.specs: dict[tuple[str, int], WorkflowSpec] = {}
+        self.live = Live(client)
+        self.specs: dict[tuple[str, int], views.StoredSpec] = {}
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True),
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters["pretty"] = pretty
-        self.env.filters["when"] = when
-        self.env.globals["duration"] = duration
-        self.env.globals["PREVIEW_CHARS"] = PREVIEW_CHARS
+        self.env.filters["pretty"] = views.pretty
+        self.env.filters["when"] = views.when
+        self.env.globals["PREVIEW_CHARS"] = views.PREVIEW_CHARS
+        for helper in (
+            views.duration,
+            views.summary,
+            views.event_error,
+            views.without_tracebacks,
+            views.has_traceback,
+            views.is_cached,
+            views.attempt_anchor,
+        ):
+            self.env.globals[helper.__name__] = helper
 
     # -- rendering --------------------------------------------------------------------------
 
@@ -170,20 +119,58 @@ class Dashboard:
             response.set_cookie(**csrf_cookie(request.scope, token))
         return response
 
-    def history_row(self, run_id: uuid.UUID, event: HistoryEvent, prefix: str) -> str:
-        macros: Any = self.env.get_template("macros.html").module
-        return str(macros.history_row(run_id, event, prefix))
+    def macros(self) -> Any:
+        return self.env.get_template("macros.html").module
 
-    async def spec(self, name: str, version: int) -> WorkflowSpec | None:
-        """A version's spec, cached: a stored version never changes."""
+    def history_row(self, run_id: uuid.UUID, event: HistoryEvent, prefix: str) -> str:
+        return str(self.macros().history_row(run_id, event, prefix))
+
+    def run_parts(self, view: views.RunView, prefix: str) -> dict[str, str]:
+        """The run page's live parts, by element id, as the stream sends them."""
+        macros = self.macros()
+        return {
+            "run-status": str(macros.run_badges(view, prefix)),
+            "run-meta": str(macros.run_meta(view, prefix)),
+            "graph": str(macros.graph_box(view)),
+            "timeline": str(macros.timeline_box(view)),
+            "attempts-body": str(macros.attempt_rows(view, prefix)),
+        }
+
+    async def spec(self, name: str, version: int) -> views.StoredSpec | None:
+        """A version's stored spec, validated or with the reason it does not validate;
+        cached: a stored version never changes."""
         key = (name, version)
         if key not in self.specs:
             async with self.client.engine.connect() as conn:
                 raw = await definitions.load_spec(conn, name, version)
             if raw is None:
                 return None
-            self.specs[key] = WorkflowSpec.model_validate(raw)
+            self.specs[key] = views.stored_spec(raw)
         return self.specs[key]
+
+    async def run_view(self, run_id: uuid.UUID) -> views.RunView:
+        details = await self.client.get_run(run_id)
+        attempts: list[ui_queries.Attempt] = await self.read(
+            lambda c: ui_queries.attempts(c, run_id)
+        )
+        quarantine = await self.read(lambda c: ui_queries.quarantine_of(c, run_id))
+        stored = await self.spec(details.run.workflow_name, details.run.workflow_version)
+        svg = None
+        if stored is not None and stored.spec is not None:
+            states = graph.node_states(
+                (a.node_id, a.iteration, a.attempt, a.state) for a in attempts
+            )
+            svg = Markup(graph.render_svg(stored.spec, states))  # it escapes every label
+        bars = timeline.render_timeline(attempts, details.run.created_at, datetime.now(UTC))
+        return views.RunView(
+            run=details.run,
+            history=details.history,
+            attempts=attempts,
+            quarantine=quarantine,
+            stored=stored,
+            graph=svg,
+            timeline=None if bars is None else Markup(bars),  # it escapes every label
+        )
 
     async def read(self, query: Any) -> Any:
         async with self.client.engine.connect() as conn:
@@ -222,29 +209,8 @@ class Dashboard:
         )
 
     async def run(self, request: Request) -> Response:
-        run_id = as_run_id(request.path_params["run_id"])
-        details = await self.client.get_run(run_id)
-        attempts: list[ui_queries.Attempt] = await self.read(
-            lambda c: ui_queries.attempts(c, run_id)
-        )
-        spec = await self.spec(details.run.workflow_name, details.run.workflow_version)
-        svg = None
-        if spec is not None:
-            states = graph.node_states(
-                (a.node_id, a.iteration, a.attempt, a.state) for a in attempts
-            )
-            svg = Markup(graph.render_svg(spec, states))  # render_svg escapes every label
-        last_seq = details.history[-1].seq if details.history else 0
-        return self.page(
-            request,
-            "run.html",
-            run=details.run,
-            attempts=attempts,
-            history=details.history,
-            last_seq=last_seq,
-            graph=svg,
-            events=sorted(spec.event_names()) if spec is not None else [],
-        )
+        view = await self.run_view(as_run_id(request.path_params["run_id"]))
+        return self.page(request, "run.html", view=view, run=view.run)
 
     async def payload(self, request: Request) -> Response:
         """One payload in full: ``of`` is input, output, ``task:<id>:input|output`` or
@@ -311,7 +277,11 @@ class Dashboard:
                     data = self.history_row(run_id, event, prefix).replace("\n", "\ndata: ")
                     yield f"id: {event.seq}\nevent: history\ndata: {data}\n\n"
                     seq = event.seq
-                if finished or any(e.type in FINAL_EVENT_TYPES for e in events):
+                finished = finished or any(e.type in FINAL_EVENT_TYPES for e in events)
+                if events or finished:
+                    parts = self.run_parts(await self.run_view(run_id), prefix)
+                    yield f"event: run\ndata: {json.dumps(parts)}\n\n"
+                if finished:
                     yield "event: end\ndata: finished\n\n"
                     return
                 if events:
@@ -333,21 +303,25 @@ class Dashboard:
         text = request.path_params["version"]
         if not text.isdigit() or len(text) > 9:
             raise InvalidArgument(f"version {text[:40]!r} must be a whole number, e.g. 1")
-        spec = await self.spec(name, int(text))
-        if spec is None:
+        stored = await self.spec(name, int(text))
+        if stored is None:
             raise UnknownWorkflow(f"no stored version {text} of workflow {name!r}")
+        spec = stored.spec
         return self.page(
             request,
             "workflow.html",
-            spec=spec,
+            workflow_name=name,
             version=int(text),
-            graph=Markup(graph.render_svg(spec)),  # render_svg escapes every label
-            spec_json=spec.model_dump(mode="json"),
+            stored=stored,
+            # render_svg escapes every label
+            graph=None if spec is None else Markup(graph.render_svg(spec)),
+            spec_json=stored.raw if spec is None else spec.model_dump(mode="json"),
         )
 
     async def queues(self, request: Request) -> Response:
         rows: list[ui_queries.QueueRow] = await self.read(ui_queries.task_queues)
-        depth, oldest = await self.read(ui_queries.decide_queue_depth)
+        decide: stats.Backlog = await self.read(stats.decide_backlog)  # as `legato stats`
+        quarantined: int = await self.read(stats.quarantined_count)
         queues: dict[str, dict[str, Any]] = {}
         for row in rows:
             entry = queues.setdefault(row.queue, {"waiting": 0, "oldest": None, "leased": []})
@@ -357,7 +331,7 @@ class Dashboard:
             else:
                 entry["leased"].append((row.lease_owner, row.tasks))
         return self.page(
-            request, "queues.html", queues=queues, decide_depth=depth, decide_oldest=oldest
+            request, "queues.html", queues=queues, decide=decide, quarantined=quarantined
         )
 
     async def quarantine(self, request: Request) -> Response:
@@ -402,7 +376,8 @@ class Dashboard:
         except json.JSONDecodeError as error:
             raise InvalidInput(f"the signal's payload is not valid JSON: {error}") from None
         run = (await self.client.get_run(run_id)).run
-        spec = await self.spec(run.workflow_name, run.workflow_version)
+        stored = await self.spec(run.workflow_name, run.workflow_version)
+        spec = None if stored is None else stored.spec
         if spec is not None and name not in spec.event_names():
             known = ", ".join(sorted(spec.event_names())) or "none"
             raise InvalidInput(

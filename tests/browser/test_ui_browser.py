@@ -24,6 +24,7 @@ import pytest_asyncio
 from examples.orders import Line, Order, orders
 from examples.signup import Confirmed, Signup, signup
 from legato import Client, RunStatus
+from legato.ui.timeline import drawn
 from tests.browser.apps import app as examples_app
 from tests.helpers import spawn_legato
 
@@ -146,8 +147,23 @@ def wait(driver: Any, condition: Callable[[Any], Any], timeout: float = 30) -> A
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
 
 
+def read(driver: Any, css: str, attribute: str | None = None) -> str | None:
+    """An element's text (or attribute) in one step: the live page swaps elements out,
+    so a WebElement found first may be stale by the time it is read."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "var e = document.querySelector(arguments[0]);"
+        "return e && (arguments[1] ? e.getAttribute(arguments[1]) : e.textContent.trim());",
+        css,
+        attribute,
+    )
+
+
 async def test_dashboard_in_chromium(
-    database_url: str, ui_url: str, browser: Any, screenshots: Path
+    database_url: str,
+    ui_url: str,
+    browser: Any,
+    screenshots: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     async with await Client.connect(database_url, app=examples_app) as client:
         done = await client.start(signup, Signup(email="ada@example.com"))
@@ -161,10 +177,16 @@ async def test_dashboard_in_chromium(
         await done.result(timeout=30)
         await order.result(timeout=30)
 
-        # The runs list, filtered to one workflow through the form.
+        # The runs list, each id and time on one line, then filtered through the form.
         browser.get(f"{ui_url}/")
         rows = browser.find_elements(By.CSS_SELECTOR, "tr.run")
         assert {r.get_attribute("data-workflow") for r in rows} == {"signup", "orders"}
+        lines = browser.execute_script(  # an inline element wrapped has a box per line
+            "return Array.from(document.querySelectorAll('tr.run code, tr.run time'))"
+            ".map(e => e.getClientRects().length);"
+        )
+        assert lines and set(lines) == {1}
+        browser.save_screenshot(str(screenshots / "ui-runs.png"))
         Select(browser.find_element(By.NAME, "workflow")).select_by_value("orders")
         browser.find_element(By.ID, "apply").click()
         wait(browser, lambda d: "workflow=orders" in d.current_url)
@@ -177,7 +199,6 @@ async def test_dashboard_in_chromium(
         rows = browser.find_elements(By.CSS_SELECTOR, "tr.run")
         shown = {r.get_attribute("data-run") for r in rows}
         assert shown == {str(waiting.run_id), str(doomed.run_id), str(hostile.run_id)}
-        browser.save_screenshot(str(screenshots / "runs.png"))
 
         # A finished order: its graph coloured by state (map cells, the skipped branch)
         # and its history.
@@ -192,17 +213,61 @@ async def test_dashboard_in_chromium(
         events = browser.find_elements(By.CSS_SELECTOR, "#history li.event")
         assert events[0].get_attribute("data-type") == "run_started"
         assert events[-1].get_attribute("data-type") == "run_succeeded"
-        browser.save_screenshot(str(screenshots / "run.png"))
+        # Its timeline: one bar per attempt that took time, the charge's three attempts
+        # (two failed, retried) in one lane, the sleep drawn as a wait.
+        attempts = (await client.get_run(order.run_id)).tasks
+        bars = browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.bar")
+        assert sorted(
+            (
+                b.get_attribute("data-node"),
+                b.get_attribute("data-iteration"),
+                b.get_attribute("data-attempt"),
+            )
+            for b in bars
+        ) == sorted((t.node_id, str(t.iteration), str(t.attempt)) for t in attempts if drawn(t))
+        charge = [b for b in bars if b.get_attribute("data-node") == "charge"]
+        assert [b.get_attribute("data-state") for b in charge] == ["FAILED", "FAILED", "COMPLETED"]
+        lefts = [b.find_element(By.CSS_SELECTOR, "rect.span").rect["x"] for b in charge]
+        assert lefts == sorted(lefts) and len(set(lefts)) == 3  # successive bars
+        sleep = browser.find_element(By.CSS_SELECTOR, 'svg.timeline g.bar[data-node="sleep"]')
+        assert "wait" in (sleep.get_attribute("class") or "")
+        browser.save_screenshot(str(screenshots / "ui-run.png"))
+        timeline = browser.find_element(By.ID, "timeline")
+        browser.execute_script("arguments[0].scrollIntoView();", timeline)
+        timeline.screenshot(str(screenshots / "ui-timeline.png"))
+        # A history entry is one line; its payload unfolds on a click.
+        first = events[1]
+        assert first.size["height"] < 30
+        first.find_element(By.TAG_NAME, "summary").click()
+        wait(browser, lambda d: first.find_element(By.CSS_SELECTOR, "pre.payload").is_displayed())
 
-        # The live tail: a signal sent elsewhere shows up without a reload.
+        # A 30-line order: its page stays short (one line per event, one row per attempt).
+        big = await client.start(
+            orders, Order(order_id="o-30", lines=[Line(sku="cup", quantity=1)] * 30)
+        )
+        await big.result(timeout=60)
+        browser.get(f"{ui_url}/runs/{big.run_id}")
+        height = browser.execute_script("return document.documentElement.scrollHeight;")
+        with capsys.disabled():
+            print(f"legato ui browser test: a 30-item fan-out's run page is {height} px tall")
+        assert height < 5000
+
+        # The live page: a signal sent elsewhere shows up without a reload, in the
+        # history, the header's status and the graph.
         browser.get(f"{ui_url}/runs/{waiting.run_id}")
         wait(browser, lambda d: d.find_element(By.ID, "live-state").text == "live")
+        status, activate = "#run-status .badge", 'g.node[data-node="activate"]'
+        assert read(browser, status) == "RUNNING"
+        assert read(browser, activate, "data-state") == "PENDING"
         browser.execute_script("window.__same_page = true;")
         await client.signal(waiting.run_id, "signup.confirmed", Confirmed(code="live"))
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'li[data-type="run_succeeded"]'))
+        wait(browser, lambda d: read(d, status) == "SUCCEEDED")
+        assert read(browser, activate, "data-state") == "COMPLETED"
+        assert read(browser, 'svg.timeline g.bar[data-node="activate"]', "data-state")
         assert browser.execute_script("return window.__same_page === true;")
         assert "finished" in browser.find_element(By.ID, "live-state").text
-        browser.save_screenshot(str(screenshots / "live.png"))
+        browser.save_screenshot(str(screenshots / "ui-live.png"))
 
         # Cancel from the page.
         browser.get(f"{ui_url}/runs/{doomed.run_id}")
@@ -213,11 +278,11 @@ async def test_dashboard_in_chromium(
 
         await until(cancelled, "the run cancelled from the page to finish CANCELLED")
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'li[data-type="run_cancelled"]'))
-        browser.save_screenshot(str(screenshots / "cancelled.png"))
+        browser.save_screenshot(str(screenshots / "ui-cancelled.png"))
 
         # A payload holding a script is shown as text and never runs.
         browser.get(f"{ui_url}/runs/{hostile.run_id}")
         text = browser.find_element(By.CSS_SELECTOR, ".io pre.payload").text
         assert f"{XSS}@example.com" in text
         assert browser.execute_script("return window.__xss === undefined;")
-        browser.save_screenshot(str(screenshots / "escaped.png"))
+        browser.save_screenshot(str(screenshots / "ui-escaped.png"))

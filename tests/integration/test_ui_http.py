@@ -1,9 +1,12 @@
 """The dashboard's ASGI app over plain HTTP on a real database: filters, escaping,
-the live history's resume by Last-Event-ID, and every refusal (CSRF, token,
-read-only, bad input) answered with a 4xx page that names the problem."""
+the live history's resume by Last-Event-ID, the pages of runs whose spec no longer
+validates, what a page shows at a glance (timeline, badges, parent and child links,
+compact history), and every refusal (CSRF, token, read-only, bad input) answered with
+a 4xx page that names the problem."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -12,16 +15,21 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 import pytest_asyncio
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from examples.orders import Line, Order, orders
 from examples.signup import Confirmed, Signup, signup
 from legato import App, Client, Runtime
+from legato.cli.stats import gather
 from legato.engine.repositories import decide_queue
-from legato.schema import RunStatus
+from legato.models import HistoryEvent
+from legato.schema import RunStatus, WorkflowDefinitions
 from legato.ui import create_app
+from legato.ui.timeline import drawn
+from tests.e2e.flows import chain, parent
 
-APP = App(workflows=[signup, orders])
+APP = App(workflows=[signup, orders, parent, chain])
 XSS = "<script>window.__xss = 1</script>"
 
 
@@ -182,9 +190,7 @@ async def test_bad_input_on_a_run(client: Client) -> None:
         for of, says in [("nothing", "ask for input"), ("task:zzz:input", "not a task id")]:
             response = await web.get(f"/runs/{handle.run_id}/payload", params={"of": of})
             assert response.status_code == 400 and says in response.text
-        events = await web.get(
-            f"/runs/{handle.run_id}/events", headers={"last-event-id": "x"}
-        )
+        events = await web.get(f"/runs/{handle.run_id}/events", headers={"last-event-id": "x"})
         assert events.status_code == 400
         get_cancel = await web.get(f"/runs/{handle.run_id}/cancel")
         assert get_cancel.status_code == 405
@@ -202,9 +208,7 @@ async def test_pages_of_a_finished_run_and_its_history_stream(client: Client) ->
     history = (await client.get_run(handle.run_id)).history
     dashboard = create_app(client)
     async with dashboard.router.lifespan_context(dashboard), http(dashboard) as web:
-        stream = await web.get(
-            f"/runs/{handle.run_id}/events", headers={"last-event-id": "2"}
-        )
+        stream = await web.get(f"/runs/{handle.run_id}/events", headers={"last-event-id": "2"})
         page = (await web.get(f"/runs/{placed.run_id}")).text
         workflows = (await web.get("/workflows")).text
         spec = await web.get("/workflows/orders/1")
@@ -213,6 +217,11 @@ async def test_pages_of_a_finished_run_and_its_history_stream(client: Client) ->
     ids = [int(i) for i in re.findall(r"^id: (\d+)$", stream.text, re.MULTILINE)]
     assert ids == [e.seq for e in history if e.seq > 2]
     assert stream.text.rstrip().endswith("event: end\ndata: finished")
+    # Before the end, the header, graph, timeline and attempts as they now are.
+    runs = re.findall(r"^event: run\ndata: (.*)$", stream.text, re.MULTILINE)
+    header = json.loads(runs[-1])
+    assert "state-SUCCEEDED" in header["run-status"]
+    assert {"run-meta", "graph", "timeline", "attempts-body"} <= header.keys()
     assert stream.headers["content-type"].startswith("text/event-stream")
     # The graph: every node completed but the express branch the switch skipped, and
     # one cell per map iteration.
@@ -240,7 +249,6 @@ async def test_mounted_under_a_prefix(client: Client) -> None:
     assert f'href="/legato/runs/{handle.run_id}"' in listing.text
     assert page.status_code == 200 and 'src="/legato/static/legato.js"' in page.text
     assert css.status_code == 200
-
 
 
 def test_cli_refuses_to_serve_beyond_loopback_without_a_token(
@@ -288,3 +296,98 @@ async def test_quarantined_runs_are_listed_and_resumed_from_the_page(
         assert await client.list_quarantined() == []
         again = await web.post(f"/runs/{handle.run_id}/resume", data={"csrf": csrf_of(page)})
         assert again.status_code == 400 and "not quarantined" in again.text
+
+
+async def test_a_run_whose_spec_no_longer_validates_still_has_its_pages(
+    client: Client, engine: AsyncEngine
+) -> None:
+    handle = await client.start(signup, Signup(email="ada@example.com"))
+    async with engine.begin() as conn:  # the stored spec rots; the decider parks the run
+        await conn.execute(
+            update(WorkflowDefinitions.table)
+            .where(WorkflowDefinitions.name == "signup")
+            .values(spec={"name": "signup", "nodes": "no longer a list"})
+        )
+        await decide_queue.record_failure(conn, handle.run_id, 10, "ValidationError: nodes", None)
+    async with http(create_app(client)) as web:
+        run_page = await web.get(f"/runs/{handle.run_id}")
+        version_page = await web.get("/workflows/signup/1")
+        listing = await web.get("/")
+    for page in (run_page, version_page):
+        assert page.status_code == 200
+        assert "no longer validates" in page.text
+        assert "validation error" in page.text  # pydantic's own explanation
+        assert "no longer a list" in page.text  # the raw stored spec
+    assert 'data-type="run_started"' in run_page.text  # its history
+    assert "QUARANTINED" in run_page.text and "ValidationError: nodes" in run_page.text
+    row = re.search(rf'<tr class="run" data-run="{handle.run_id}".*?</tr>', listing.text, re.S)
+    assert row and "QUARANTINED" in row.group(0)
+
+
+async def test_queues_page_counts_decisions_as_legato_stats_does(
+    client: Client, engine: AsyncEngine
+) -> None:
+    await client.start(signup, Signup(email="ada@example.com"))  # due for a decision
+    parked = await client.start(signup, Signup(email="bob@example.com"))
+    async with engine.begin() as conn:
+        await decide_queue.record_failure(conn, parked.run_id, 10, "KeyError: x", None)
+    async with http(create_app(client)) as web:
+        page = (await web.get("/queues")).text
+    async with engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        figures = await gather(autocommit, timedelta(hours=24), datetime.now(UTC))
+    decide = figures["decide_queue"]
+    assert isinstance(decide, dict)
+    shown = re.search(r'id="decide-depth">(\d+) runs? waiting for a decision', page)
+    assert shown and int(shown.group(1)) == decide["depth"] == 1
+    assert figures["quarantined_runs"] == 1 and "1 quarantined run" in page
+
+
+async def test_run_pages_read_at_a_glance(client: Client) -> None:
+    async with Runtime(client.engine, APP, poll_interval=0.1):
+        family = await client.start(parent, 3)
+        await family.result(timeout=30)
+        placed = await client.start(
+            orders, Order(order_id="o-3", lines=[Line(sku="tea", quantity=1)] * 30)
+        )
+        await placed.result(timeout=30)
+    parent_details = await client.get_run(family.run_id)
+    (child_id,) = [t.task_id for t in parent_details.tasks if t.node_id == "child-chain"]
+    order = await client.get_run(placed.run_id)
+    async with http(create_app(client)) as web:
+        listing = (await web.get("/")).text
+        parent_page = (await web.get(f"/runs/{family.run_id}")).text
+        child_page = (await web.get(f"/runs/{child_id}")).text
+        order_page = (await web.get(f"/runs/{placed.run_id}")).text
+
+    # Lists: a duration column, and a child run badged with a link to its parent.
+    child_row = re.search(rf'<tr class="run" data-run="{child_id}".*?</tr>', listing, re.S)
+    assert child_row and 'class="badge child"' in child_row.group(0)
+    assert f'href="/runs/{family.run_id}"' in child_row.group(0)
+    assert re.search(r'class="nowrap duration">\d+ ms|class="nowrap duration">[\d.]+ s', listing)
+    # Parent <-> child links outside any JSON.
+    assert re.search(rf'child runs: <a class="run-id" href="/runs/{child_id}"', parent_page)
+    assert re.search(rf'child of <a class="run-id" href="/runs/{family.run_id}"', child_page)
+
+    # The timeline: one bar per attempt that took time, the retries in the charge's lane.
+    bars = re.findall(r'<g class="bar (work|wait) [^"]*" data-node="([^"]+)"', order_page)
+    assert len(bars) == sum(1 for t in order.tasks if drawn(t))
+    assert [node for _, node in bars].count("charge") == 3
+    assert ("wait", "sleep") in bars
+    # One row per attempt, tracebacks once each as text (two failed charges), none left
+    # in a JSON string; 30 map attempts and their events one line each.
+    assert order_page.count('<tr class="attempt"') == len(order.tasks)
+    assert order_page.count("Traceback (most recent call last)") == 2
+    assert "&#34;traceback&#34;" not in order_page and "\\n  File" not in order_page
+    assert order_page.count('<li class="event') == len(order.history)
+    assert order_page.count('href="#attempt-charge-0-1">traceback</a>') == 1
+
+
+def test_a_cached_completion_is_badged(client: Client) -> None:
+    dashboard = create_app(client).state.dashboard
+    moment = datetime.now(UTC)
+    run_id = uuid.uuid4()
+    cached = HistoryEvent(7, "task_completed", "n", 0, 1, {"output": 1, "cached": True}, moment)
+    ran = HistoryEvent(8, "task_completed", "n", 0, 1, {"output": 1}, moment)
+    assert 'class="badge cached"' in dashboard.history_row(run_id, cached, "")
+    assert "cached" not in dashboard.history_row(run_id, ran, "")

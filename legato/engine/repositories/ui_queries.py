@@ -39,6 +39,8 @@ class RunListRow:
     cancel_requested: bool
     created_at: datetime
     finished_at: datetime | None
+    parent_run_id: uuid.UUID | None
+    quarantined: bool
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,12 @@ class RunQuery:
 async def list_runs(
     conn: AsyncConnection, query: RunQuery, before: uuid.UUID | None, limit: int
 ) -> list[RunListRow]:
-    """Runs newest first, keyset-paginated by id (the dashboard's runs list).
+    """Runs newest first, keyset-paginated by id, each with its parent and whether it
+    is quarantined (the dashboard's runs list).
 
     Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
-    for RUNNING, else the primary keys of the partitions inside the id range.
+    for RUNNING, else the primary keys of the partitions inside the id range; each
+    page's rows are joined to ``decide_queue`` through its primary key.
     """
     conditions = []
     if query.workflow_name is not None:
@@ -83,12 +87,16 @@ async def list_runs(
             Runs.cancel_requested_at.is_not(None),
             Runs.created_at,
             Runs.finished_at,
+            Runs.parent_run_id,
+            DecideQueue.quarantined_at.is_not(None),
         )
+        .select_from(Runs.table)
+        .outerjoin(DecideQueue.table, DecideQueue.run_id == Runs.id)
         .where(and_(True, *conditions))
         .order_by(Runs.id.desc())
         .limit(limit)
     )
-    return [RunListRow(*row) for row in await conn.execute(statement)]
+    return [RunListRow(*tuple(row)) for row in await conn.execute(statement)]
 
 
 async def runs_with_key(conn: AsyncConnection, key: str) -> list[uuid.UUID]:
@@ -207,12 +215,21 @@ async def task_queues(conn: AsyncConnection) -> list[QueueRow]:
     return [QueueRow(*row) for row in result]
 
 
-async def decide_queue_depth(conn: AsyncConnection) -> tuple[int, datetime | None]:
-    """Runs waiting for a decision and the oldest wake-up among them (the dashboard's
-    queues page). ``decide_queue`` holds one row per run with pending news;
-    ``ix_decide_queue_available_at`` gives the oldest."""
-    row = (
-        await conn.execute(select(func.count(), func.min(DecideQueue.available_at)))
-    ).one()
-    return int(row[0]), row[1]
+@dataclass(frozen=True)
+class Quarantine:
+    failures: int
+    quarantined_at: datetime
+    last_error: str | None
 
+
+async def quarantine_of(conn: AsyncConnection, run_id: uuid.UUID) -> Quarantine | None:
+    """Whether a run is quarantined, since when and why (the dashboard's run page).
+    Primary key of ``decide_queue``."""
+    row = (
+        await conn.execute(
+            select(DecideQueue.failures, DecideQueue.quarantined_at, DecideQueue.last_error).where(
+                DecideQueue.run_id == run_id, DecideQueue.quarantined_at.is_not(None)
+            )
+        )
+    ).first()
+    return None if row is None else Quarantine(*row)
