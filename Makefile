@@ -42,7 +42,7 @@ STORAGE_TESTS := tests/migration tests/integration/test_partitions.py \
 .PHONY: test-pg15
 test-pg15: $(STAMP)
 	@if [ -x $(PG15_BIN)/postgres ]; then \
-		LEGATO_TEST_PG_BIN=$(PG15_BIN) $(BIN)/pytest -q $(STORAGE_TESTS) --deselect tests/migration/test_typed_schema.py; \
+		LEGATO_TEST_PG_BIN=$(PG15_BIN) $(BIN)/pytest -q $(STORAGE_TESTS); \
 	else \
 		echo "SKIPPED the PostgreSQL 15 run: no server in $(PG15_BIN) (install postgresql-15 or set PG15_BIN)"; \
 	fi

@@ -502,19 +502,16 @@ class Client:
         """
         check_name("event name", name, InvalidArgument)
         async with self.engine.begin() as conn:
-            waiting = sorted(await tasks.open_waits(conn, name))
-            buffered = await signals.pending_many(conn, waiting)
-            delivered: list[uuid.UUID] = []
-            for run_id in waiting:
-                if any(signal.name == name for signal in buffered[run_id]):
-                    continue
-                run = await runs.get(conn, run_id)
-                if run is None or run.status is not RunStatus.RUNNING:
-                    continue
-                data = self._signal_payload(run.workflow_name, name, payload)
-                if await signals.send(conn, run_id, name, data):
-                    delivered.append(run_id)
-        return delivered
+            waiting = await tasks.open_waits(conn, name)
+            # Each workflow checks the payload against its own event model, once.
+            data = {
+                workflow: self._signal_payload(workflow, name, payload)
+                for workflow in sorted(set(waiting.values()))
+            }
+            deliveries = [
+                signals.Delivery(run_id, data[workflow]) for run_id, workflow in waiting.items()
+            ]
+            return await signals.send_many(conn, name, deliveries)
 
     def _signal_payload(self, workflow_name: str | None, name: str, payload: Any) -> JsonValue:
         definition = (

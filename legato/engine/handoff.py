@@ -12,8 +12,10 @@ its own copy of the NOTIFY such a commit still sends for the other processes
 
 Only attempts the worker would claim itself are handed off: of its queues and task
 names, available now, with no concurrency, rate or queue limit (those keep the claim
-through ``Admission``), while the worker has free slots and its last claim drained the
-queue (when it did not, older rows wait and the claim's priority order takes them).
+through ``Admission``), while the worker has free slots and nothing it could not take
+may be queued: its last claim drained the queue and it was not woken with every slot
+taken (otherwise older rows wait, and the claim's priority order takes them as soon as
+a slot frees).
 Slots are reserved synchronously before the lease statement and released when the
 decision ends, so the claims and the hand-offs together never exceed the worker's
 concurrency. Kill safety needs nothing new: the lease is part of the decision's commit;

@@ -129,7 +129,8 @@ class Wakeups:
     """One LISTEN connection per process; loops wait on its per-channel events.
 
     A notification is a hint: loops also poll, so a lost one (or a dropped listen
-    connection, which is re-opened between polls) only delays work. Subscribing while
+    connection, which is re-opened between polls) only delays work; what was absorbed
+    on a channel is forgotten when its LISTEN is (re-)established. Subscribing while
     the database is unreachable succeeds: the channel is listened on once it is back.
     """
 
@@ -230,6 +231,12 @@ class Wakeups:
             except BaseException:
                 await self._drop()  # half set up: start afresh next time
                 raise
+            # An absorb registered before these LISTENs took hold waits for a notification
+            # sent while nothing listened, which never comes: kept, it would drop the next
+            # real one from its backend (a pooled connection's: any later commit on it).
+            # Forgetting one whose commit is still to come costs a loop an empty tick.
+            for key in [key for key in self._absorbed if key[0] in missing]:
+                del self._absorbed[key]
 
     async def _drop(self) -> None:
         if self._conn is not None:

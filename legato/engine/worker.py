@@ -174,6 +174,8 @@ class Worker(Loop):
         self._flush_wanted = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self._report_backoff = 0.0
+        # Work may be queued that this worker could not take: its last claim filled every
+        # free slot, or it was woken with none free. A slot that frees then wakes it.
         self._saturated = False
         # Slots promised to a claim or a local decision's hand-off still under way: the
         # two together never exceed ``concurrency``.
@@ -205,6 +207,9 @@ class Worker(Loop):
         self._check_side_tasks()
         free = self._free()
         if free <= 0:
+            # What woke it (a NOTIFY, a local decision's nudge) may be queued: claim as
+            # soon as a slot frees, not at the next poll.
+            self._saturated = True
             return False
         self._reserve(free)
         try:
@@ -219,7 +224,7 @@ class Worker(Loop):
                         autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
                     )
         finally:
-            self.unreserve(free)
+            self._release(free)
         self._start(claimed)
         self._saturated = len(claimed) >= free
         return self._saturated
@@ -234,8 +239,8 @@ class Worker(Loop):
 
     def reserve(self, wanted: int) -> int:
         """Reserve up to ``wanted`` slots for a local decision's hand-off (none while the
-        worker is stopping, or while its last claim left work queued: then the queued
-        attempts go first, in the claim's order); how many were reserved."""
+        worker is stopping, or while work may be queued that it could not take: then the
+        queued attempts go first, in the claim's order); how many were reserved."""
         if self.stopping or self._saturated:
             return 0
         taken = max(min(wanted, self._free()), 0)
@@ -243,10 +248,21 @@ class Worker(Loop):
         return taken
 
     def unreserve(self, n: int) -> None:
-        """Give back ``n`` reserved slots (a claim or a hand-off ended)."""
+        """Give back ``n`` slots reserved for a local decision's hand-off once it ended
+        (its leased attempts hold theirs from ``accept`` on)."""
+        self._release(n)
+        self._wake_if_behind()
+
+    def _release(self, n: int) -> None:
         self._reserved -= n
         if not self._reserved:
             self._settled.set()
+
+    def _wake_if_behind(self) -> None:
+        """A slot is free and work may be queued that this worker could not take: claim
+        again now."""
+        if self._saturated and self._free() > 0 and self._wake is not None:
+            self._wake.set()
 
     def accept(self, claimed: list[task_queue.Claimed]) -> None:
         """Run attempts a committed local decision leased to this worker, in the slots
@@ -308,7 +324,7 @@ class Worker(Loop):
                 )
         except asyncio.CancelledError:
             if flight.lost:
-                self._inflight.pop(item.task_id, None)
+                self._forget(item.task_id)
                 return None  # cancelled or timed out: nothing to report
             if self.stopping:
                 return None  # released by on_stop so another worker takes it at once
@@ -328,7 +344,7 @@ class Worker(Loop):
             if error is not None:
                 output = None
         if flight.lost:
-            self._inflight.pop(item.task_id, None)
+            self._forget(item.task_id)
             return None
         state = (
             TaskState.COMPLETED
@@ -372,11 +388,11 @@ class Worker(Loop):
                 item.task_name,
                 extra=hooks.context_of(item),
             )
-            self._inflight.pop(item.task_id, None)
+            self._forget(item.task_id)
             return None
         except Exception as exc:
             if flight.lost:
-                self._inflight.pop(item.task_id, None)
+                self._forget(item.task_id)
                 return None
             error = error_of(exc, definition.is_retryable(exc))
             # The body's own failures are logged where they happen; this is the
@@ -445,8 +461,12 @@ class Worker(Loop):
         self.completed += len(task_ids)
         if self.handoff is not None:
             self.handoff.reported()  # decide at once, not when the NOTIFY arrives
-        if self._saturated and self._wake is not None:
-            self._wake.set()  # slots are free and work was left behind: claim again
+        self._wake_if_behind()
+
+    def _forget(self, task_id: uuid.UUID) -> None:
+        """Free the slot of an attempt that ends without a report (taken away, superseded)."""
+        self._inflight.pop(task_id, None)
+        self._wake_if_behind()
 
     # -- leases -----------------------------------------------------------------------------
 

@@ -133,3 +133,25 @@ async def test_an_attempt_started_and_cancelled_in_one_decision(engine: AsyncEng
         ("map-greet", TaskState.FAILED),
     }
     assert queued == []
+
+
+async def test_an_emit_is_four_round_trips_whatever_the_number_of_runs(
+    engine: AsyncEngine,
+) -> None:
+    """BEGIN, the open waits, one write for every run, COMMIT: a run that already holds
+    an unconsumed signal of the event is skipped, the others are signalled."""
+    decider = DeciderLoop(engine)
+    async with Client(engine, app=app) as client:
+        handles = [await client.start(woken, f"run {i}") for i in range(4)]
+        await decider.tick()  # every run opens its wait
+        await client.signal(handles[0].run_id, "go", "early")
+        with round_trips(engine) as sent:
+            delivered = await client.emit("go", "ada")
+        assert delivered == sorted(handle.run_id for handle in handles[1:])
+        assert len(sent) == 4, sent
+        assert await client.emit("go", "again") == []
+    async with engine.connect() as conn:
+        payloads = (await conn.execute(select(Signals.run_id, Signals.payload))).all()
+    assert sorted(payloads) == sorted(
+        [(handles[0].run_id, "early")] + [(handle.run_id, "ada") for handle in handles[1:]]
+    )

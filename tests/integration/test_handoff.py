@@ -123,6 +123,20 @@ async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_
         await remote_loop
 
 
+async def test_a_burst_larger_than_the_worker_concurrency_drains_without_waiting_for_a_poll(
+    engine: AsyncEngine, client: Client
+) -> None:
+    """The first decision fills the worker's slots and leaves the rest queued; each slot
+    that frees claims the queued attempts at once (a poll would come only after 60 s)."""
+    async with Runtime(engine, app, concurrency=2, poll_interval=60) as runtime:
+        assert runtime.handoff is not None
+        handles = await client.start_many(tenfold_twice, list(range(12)))
+        async with asyncio.timeout(30):
+            results = [await handle.result(timeout=30) for handle in handles]
+        assert results == [n * 100 for n in range(12)]
+        assert runtime.handoff.handed >= 2
+
+
 async def test_a_handed_off_run_leaves_no_empty_claim_or_take_behind(
     engine: AsyncEngine, client: Client
 ) -> None:

@@ -25,7 +25,6 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
     BindParameter,
-    Boolean,
     Column,
     DateTime,
     Insert,
@@ -65,11 +64,6 @@ def text_array(name: str, values: Iterable[str | None] | None = None) -> BindPar
     if values is None:
         return bindparam(name, type_=ARRAY(Text()))
     return bindparam(name, list(values), type_=ARRAY(Text()))
-
-
-def bool_array(name: str) -> BindParameter[Any]:
-    """A ``boolean[]`` parameter, bound by name at execution."""
-    return bindparam(name, type_=ARRAY(Boolean()))
 
 
 def int_array(name: str) -> BindParameter[Any]:

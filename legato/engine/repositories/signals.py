@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import Select, Text, Update, Uuid, bindparam, cast, func, insert, select
+from sqlalchemy import CTE, Select, Text, Update, Uuid, bindparam, cast, func, insert, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -23,13 +23,20 @@ from legato.schema.types import JSON_VALUE
 
 @cache
 def _send_statement() -> Select[uuid.UUID]:
-    target = (
-        select(Runs.id)
+    return _delivered(
+        select(Runs.id, cast(bindparam("payload", type_=Text()), JSONB).label("payload"))
         .where(Runs.id == bindparam("run_id", type_=Uuid()), Runs.status == RunStatus.RUNNING)
         .cte("target")
     )
+
+
+def _delivered(target: CTE) -> Select[uuid.UUID]:
+    """The signal named by the parameter ``name`` buffered for each (id, payload) row of
+    ``target`` (RUNNING runs, in run-id order) and each run's decision asked for with the
+    parameter ``reason``; selects the ids of the runs it reached."""
     queued = pg_insert(DecideQueue.table).from_select(
-        ["run_id", "reason"], select(target.c.id, bindparam("reason", type_=Text()))
+        ["run_id", "reason"],
+        select(target.c.id, bindparam("reason", type_=Text())).order_by(target.c.id),
     )
     queued = queued.on_conflict_do_update(
         index_elements=[DecideQueue.run_id],
@@ -42,16 +49,12 @@ def _send_statement() -> Select[uuid.UUID]:
         insert(Signals.table)
         .from_select(
             ["run_id", "name", "payload"],
-            select(
-                target.c.id,
-                bindparam("name", type_=Text()),
-                cast(bindparam("payload", type_=Text()), JSONB),
-            ),
+            select(target.c.id, bindparam("name", type_=Text()), target.c.payload),
         )
         .returning(Signals.run_id)
         .cte("added")
     )
-    return select(added.c.run_id).add_cte(queued.cte("queued"))
+    return select(added.c.run_id).add_cte(queued.cte("queued")).order_by(added.c.run_id)
 
 
 async def send(
@@ -61,7 +64,7 @@ async def send(
     payload: JsonValue,
 ) -> bool:
     """Buffer a signal for a RUNNING run and ask for its decision, in ONE statement
-    (Client.signal, Client.emit); the decide_queue trigger NOTIFYs the deciders.
+    (Client.signal); the decide_queue trigger NOTIFYs the deciders.
     Returns False, writing nothing, when the run is not running. Atomic on its own,
     so outside a transaction it is one round trip. Lock order holds: the decide row
     is the only lock it can wait on (the foreign-key check of the signal takes KEY
@@ -86,8 +89,53 @@ def _send_params(run_id: uuid.UUID, name: str, payload: JsonValue) -> dict[str, 
         "run_id": run_id,
         "name": name,
         "payload": JSON_VALUE.dump_text(payload),
-        "reason": f"signal {name}"[:200],
+        "reason": _reason(name),
     }
+
+
+def _reason(name: str) -> str:
+    return f"signal {name}"[:200]
+
+
+class Delivery(NamedTuple):
+    """One run's copy of an emitted signal: its payload as the run's workflow checked it."""
+
+    run_id: uuid.UUID
+    payload: JsonValue
+
+
+_DELIVERIES = Unnest("delivery", Delivery, Signals)
+
+
+async def send_many(
+    conn: AsyncConnection, name: str, deliveries: Sequence[Delivery]
+) -> list[uuid.UUID]:
+    """``send`` for many runs in ONE statement (Client.emit): a ``name`` signal buffered
+    for each delivery's run that is still RUNNING and its decision asked for, the decide
+    rows upserted in run-id order (the lock order). Returns the ids of the runs reached,
+    in order; the others get nothing. Primary keys of the runs' partitions (pruned by
+    the ``run_ids`` array); built once."""
+    if not deliveries:
+        return []
+    params = {
+        **_DELIVERIES.bind(deliveries),
+        "run_ids": [delivery.run_id for delivery in deliveries],
+        "name": name,
+        "reason": _reason(name),
+    }
+    result = await conn.execute(_send_many_statement(), params)
+    return list(result.scalars())
+
+
+@cache
+def _send_many_statement() -> Select[uuid.UUID]:
+    sent = _DELIVERIES.alias
+    return _delivered(
+        select(Runs.id, _DELIVERIES.value("payload").label("payload"))
+        .join_from(sent, Runs.table, Runs.id == sent.c.run_id)
+        .where(in_array(Runs.id, uuid_array("run_ids")), Runs.status == RunStatus.RUNNING)
+        .cte("target")
+    )
 
 
 @dataclass(frozen=True)
@@ -98,28 +146,6 @@ class PendingSignal:
     name: str
     payload: JsonValue
     created_at: datetime
-
-
-async def pending_many(
-    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[PendingSignal]]:
-    """Each run's unconsumed signals, oldest first (Client.emit; the decider reads them
-    with its tasks, ``tasks.snapshots``). Served by the partial index
-    ``ix_signals_pending``; ids are UUIDv7, so id order is time order. Built once."""
-    result = await conn.execute(_pending_statement(), {"run_ids": list(run_ids)})
-    grouped: dict[uuid.UUID, list[PendingSignal]] = {run_id: [] for run_id in run_ids}
-    for row in result:
-        grouped[row[0]].append(PendingSignal(*row[1:]))
-    return grouped
-
-
-@cache
-def _pending_statement() -> Select[uuid.UUID, uuid.UUID, str, JsonValue, datetime]:
-    return (
-        select(Signals.run_id, Signals.id, Signals.name, Signals.payload, Signals.created_at)
-        .where(in_array(Signals.run_id, uuid_array("run_ids")), Signals.consumed_at.is_(None))
-        .order_by(Signals.run_id, Signals.id)
-    )
 
 
 class Consumption(NamedTuple):

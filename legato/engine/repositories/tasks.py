@@ -19,6 +19,8 @@ from sqlalchemy import (
     Insert,
     Integer,
     Select,
+    Text,
+    bindparam,
     false,
     func,
     literal_column,
@@ -33,7 +35,7 @@ from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from legato.engine.repositories.params import Unnest, in_array, text_array, uuid_array
 from legato.engine.repositories.signals import PendingSignal
-from legato.schema import NodeKind, Signals, Tasks, TaskState
+from legato.schema import NodeKind, Runs, RunStatus, Signals, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.values import TaskError
 
@@ -127,7 +129,7 @@ async def snapshots(
     """Each run's attempts, in creation order, and its unconsumed signals, oldest first:
     the decider's snapshot of a batch of locked runs in ONE read (decider loop).
 
-    ``load_many``'s rows ``UNION ALL`` ``signals.pending_many``'s, told apart by a
+    ``load_many``'s rows ``UNION ALL`` the runs' unconsumed signals, told apart by a
     leading 0 / 1; a signal rides in the task columns (id, name as ``task_name``,
     payload as ``output``, created_at as ``started_at``), so its order is its id's.
     Served by ``ix_tasks_run_id_node_id_iteration_attempt`` and the partial index
@@ -351,12 +353,34 @@ async def release_attempts(
         )
 
 
-async def open_waits(conn: AsyncConnection, event_name: str) -> list[uuid.UUID]:
-    """Runs with a wait open for ``event_name`` (Client.emit). Served by the partial
-    index ``ix_tasks_open_waits`` (only WAITING event rows are in it)."""
-    result = await conn.execute(
-        select(Tasks.run_id)
-        .where(Tasks.state == TaskState.WAITING, Tasks.event_name == event_name)
-        .distinct()
+async def open_waits(conn: AsyncConnection, event_name: str) -> dict[uuid.UUID, str]:
+    """The runs an emit of ``event_name`` delivers to (Client.emit), each with its
+    workflow's name, in run-id order: RUNNING, with a wait open for the event, and no
+    unconsumed signal of that name buffered (an earlier emit their decider has not taken
+    yet). One statement whatever the number of runs; served by the partial index
+    ``ix_tasks_open_waits`` (only WAITING event rows are in it), then the runs' and
+    signals' primary-key partitions (``ix_signals_pending``). Built once."""
+    result = await conn.execute(_open_waits_statement(), {"event_name": event_name})
+    return dict(result.all())
+
+
+@cache
+def _open_waits_statement() -> Select[uuid.UUID, str]:
+    event_name = bindparam("event_name", type_=Text())
+    buffered = select(Signals.run_id).where(
+        Signals.run_id == Tasks.run_id,
+        Signals.name == event_name,
+        Signals.consumed_at.is_(None),
     )
-    return list(result.scalars())
+    return (
+        select(Runs.id, Runs.workflow_name)
+        .join_from(Tasks.table, Runs.table, Runs.id == Tasks.run_id)
+        .where(
+            Tasks.state == TaskState.WAITING,
+            Tasks.event_name == event_name,
+            Runs.status == RunStatus.RUNNING,
+            ~buffered.exists(),
+        )
+        .distinct()
+        .order_by(Runs.id)
+    )
