@@ -36,7 +36,11 @@ def _lock_key() -> object:
 def run_with(connection: Connection) -> None:
     check_server_version(connection)  # before the first write (the schema below)
     # A session-level advisory lock serialises concurrent upgrades of one schema;
-    # committed at once so each migration still runs in its own transaction.
+    # committed at once so each migration still runs in its own transaction. The wait
+    # for it is unbounded (lock_timeout 0 for this transaction only): a second upgrade
+    # waits for the first however long it takes; each migration's DDL keeps the
+    # session's lock_timeout, so it cannot queue every query behind a lock it waits for.
+    connection.execute(select(func.set_config("lock_timeout", "0", True)))
     connection.execute(select(func.pg_advisory_lock(_lock_key())))
     connection.execute(CreateSchema(schema, if_not_exists=True))
     connection.commit()
