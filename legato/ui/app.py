@@ -24,6 +24,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -34,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 
 from legato.arguments import as_run_id
 from legato.client import Client
+from legato.db import listen_engine
 from legato.engine.decider.model import FINAL_EVENT_TYPES
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import definitions, notify, ui_queries
@@ -101,6 +103,7 @@ class _Live:
     client: Client
     watchers: dict[str, set[asyncio.Event]] = field(default_factory=dict)
     wakeups: Wakeups | None = None
+    listener: AsyncEngine | None = None  # the LISTEN connection's engine (listen_engine)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _on_payload(self, payload: str) -> None:
@@ -113,7 +116,10 @@ class _Live:
         async with self.lock:
             try:
                 if self.wakeups is None:
-                    self.wakeups = Wakeups(self.client.engine)
+                    self.listener = listen_engine(self.client.engine)
+                    if self.listener is None:  # behind a transaction pooler without one
+                        return event
+                    self.wakeups = Wakeups(self.listener)
                     await self.wakeups.subscribe(
                         notify.events_channel(self.client.schema), self._on_payload
                     )
@@ -134,6 +140,9 @@ class _Live:
         if self.wakeups is not None:
             await self.wakeups.close()
             self.wakeups = None
+        if self.listener is not None and self.listener is not self.client.engine:
+            await self.listener.dispose()
+        self.listener = None
 
 
 class Dashboard:
@@ -449,9 +458,7 @@ def _prefix(request: Request) -> str:
     return str(request.scope.get("root_path") or "").rstrip("/")
 
 
-def create_app(
-    client: Client, *, read_only: bool = True, token: str | None = None
-) -> Starlette:
+def create_app(client: Client, *, read_only: bool = True, token: str | None = None) -> Starlette:
     """The dashboard over ``client``'s database, as an ASGI app.
 
     ``read_only`` (the default) refuses cancel, signal and resume. With ``token``,
