@@ -15,7 +15,13 @@ from alembic import context
 from sqlalchemy import Connection, func, select
 from sqlalchemy.schema import CreateSchema
 
-from legato.db import DEFAULT_SCHEMA, check_server_version, resolve_url, validate_schema_name
+from legato.db import (
+    DEFAULT_SCHEMA,
+    check_server_version,
+    create_engine,
+    resolve_url,
+    validate_schema_name,
+)
 from legato.migrations import VERSION_TABLE
 from legato.schema import metadata
 
@@ -60,10 +66,8 @@ def run_with(connection: Connection) -> None:
 
 
 async def _run_standalone() -> None:
-    from sqlalchemy.ext.asyncio import create_async_engine
-
     url = resolve_url(config.get_main_option("sqlalchemy.url"))
-    engine = create_async_engine(url)
+    engine = create_engine(url, schema, pool_size=1, max_overflow=0)
     try:
         async with engine.connect() as conn:
             await conn.run_sync(run_with)

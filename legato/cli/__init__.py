@@ -329,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version, or a usage error already printed
         return done.code if isinstance(done.code, int) else EXIT_USAGE
     handler: Handler = args.handler
+    from legato.db import name_process
+
+    name_process(f"legato {next(a for a in arguments if not a.startswith('-'))}")
     try:
         configure_logging(args.log_level, args.log_format)
         return asyncio.run(handler(args))
