@@ -7,8 +7,8 @@ import os
 import re
 import ssl
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
@@ -149,16 +149,21 @@ DSN_ONLY_PARAMETERS = (
 
 # What ``pg_stat_activity.application_name`` shows for a Legato session whose user set
 # none (in the URL or ``connect_args``' server_settings): ``legato`` in a host's process,
-# ``legato <command>`` in the CLI's (``name_process``), so connections count per kind.
+# ``legato <command>`` in the CLI's (``process_application_name``), so connections count per kind.
 DEFAULT_APPLICATION_NAME = "legato"
 _process_application_name = DEFAULT_APPLICATION_NAME
 
 
-def name_process(application_name: str) -> None:
-    """The ``application_name`` of the engines this process makes from now on, unless
-    ``create_engine`` is given one (the CLI: ``legato worker``, ``legato decider``, ...)."""
+@contextmanager
+def process_application_name(application_name: str) -> Iterator[None]:
+    """Within it, the ``application_name`` of the engines ``create_engine`` makes unless
+    given one: the CLI's commands run in it as ``legato worker``, ``legato decider``, ..."""
     global _process_application_name
-    _process_application_name = application_name
+    previous, _process_application_name = _process_application_name, application_name
+    try:
+        yield
+    finally:
+        _process_application_name = previous
 
 
 # ``pooler``: what sits between Legato and the server. None (a direct connection, or a
@@ -226,7 +231,7 @@ def create_engine(
     ``LEGATO_LISTEN_DATABASE_URL``), a direct connection to the server; without one the
     loops poll (``listen_engine``).
 
-    Sessions show ``application_name`` (by default the process's, ``name_process``) in
+    Sessions show ``application_name`` (by default the process's, ``process_application_name``) in
     ``pg_stat_activity`` unless the URL's ``?application_name=`` or ``connect_args``'
     server_settings name one; libpq's TLS
     parameters in the URL (``?sslmode=verify-full&sslrootcert=ca.pem``) apply.
