@@ -6,10 +6,12 @@ import logging
 import os
 import re
 import socket
+import ssl
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 import asyncpg
 from sqlalchemy import URL, Connection, Engine, event, make_url, select
@@ -113,7 +115,9 @@ def resolve_url(url: str | None) -> URL:
 
     Accepts the plain ``postgresql://`` / ``postgres://`` URLs users already have,
     including a Unix-socket directory given as ``?host=/dir``. Ports (in the URL,
-    ``?port=`` or ``?host=name:port``) must be 1 to 65535.
+    ``?port=`` or ``?host=name:port``) must be 1 to 65535. libpq's TLS parameters
+    (``sslmode``, ``sslrootcert``, ``sslcert``, ``sslkey``, ...) and ``application_name``
+    mean what they mean to libpq (``create_engine`` hands them to asyncpg).
     """
     if url is not None and not isinstance(url, str):
         raise ConfigurationError(f"database URL {url!r} must be a string or a sqlalchemy URL")
@@ -167,6 +171,39 @@ SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 DEFAULT_LOCK_TIMEOUT = "30s"
 DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT = "5min"
 
+# libpq parameters asyncpg takes from a DSN only, not as the keywords SQLAlchemy makes of
+# a URL's query: ``create_engine`` moves them into a DSN of their own in ``connect_args``
+# (the URL's host, port and database still win, being keywords).
+DSN_ONLY_PARAMETERS = (
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslcrl",
+    "sslnegotiation",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+)
+
+# What ``pg_stat_activity.application_name`` shows for a Legato session whose user set
+# none (in the URL or ``connect_args``' server_settings): ``legato`` in a host's process,
+# ``legato <command>`` in the CLI's (``process_application_name``), so connections count per kind.
+DEFAULT_APPLICATION_NAME = "legato"
+_process_application_name = DEFAULT_APPLICATION_NAME
+
+
+@contextmanager
+def process_application_name(application_name: str) -> Iterator[None]:
+    """Within it, the ``application_name`` of the engines ``create_engine`` makes unless
+    given one: the CLI's commands run in it as ``legato worker``, ``legato decider``, ..."""
+    global _process_application_name
+    previous, _process_application_name = _process_application_name, application_name
+    try:
+        yield
+    finally:
+        _process_application_name = previous
+
+
 # ``pooler``: what sits between Legato and the server. None (a direct connection, or a
 # session-mode pooler, which keeps one server connection per client connection) or
 # "transaction" (PgBouncer, Supabase's pooler, RDS Proxy in transaction mode: a server
@@ -177,6 +214,7 @@ POOLER_CHOICES = ("none", "session", TRANSACTION_POOLER)
 # Where ``create_engine`` keeps the settings ``listen_engine`` needs (execution options).
 _POOLER_OPTION = "legato_pooler"
 _LISTEN_URL_OPTION = "legato_listen_url"
+_APPLICATION_NAME_OPTION = "legato_application_name"
 
 log = logging.getLogger("legato")
 
@@ -217,6 +255,7 @@ def create_engine(
     listen_url: str | URL | None = None,
     lock_timeout: str | None = DEFAULT_LOCK_TIMEOUT,
     idle_in_transaction_session_timeout: str | None = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
+    application_name: str | None = None,
     **engine_options: Any,
 ) -> AsyncEngine:
     """An async engine whose Core statements target ``schema`` (``schema_translate_map``),
@@ -230,13 +269,18 @@ def create_engine(
     ``LEGATO_LISTEN_DATABASE_URL``), a direct connection to the server; without one the
     loops poll (``listen_engine``).
 
+    Sessions show ``application_name`` (by default the process's, ``process_application_name``) in
+    ``pg_stat_activity`` unless the URL's ``?application_name=`` or ``connect_args``'
+    server_settings name one; libpq's TLS
+    parameters in the URL (``?sslmode=verify-full&sslrootcert=ca.pem``) apply.
+
     No ``pool_pre_ping`` by default: the loops check out a connection per statement, so a
     ping would double their round trips, while a disconnect error already makes
     SQLAlchemy invalidate the whole pool. After a database restart a loop loses about
     one tick (one log line, retried), and ``Client`` reads retry once on a fresh
     connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
     """
-    target = url if isinstance(url, URL) else resolve_url(url)
+    target, libpq = split_libpq_parameters(url if isinstance(url, URL) else resolve_url(url))
     mode = resolve_pooler(pooler)
     listen = listen_url or os.environ.get("LEGATO_LISTEN_DATABASE_URL") or None
     listen_target = None if listen is None or mode is None else _as_url(listen)
@@ -255,15 +299,25 @@ def create_engine(
         **session_settings(lock_timeout, idle_in_transaction_session_timeout),
         **connect_args.get("server_settings", {}),
     }
+    in_url = libpq.pop("application_name", None)
+    named = (
+        settings.pop("application_name", None)
+        or in_url
+        or application_name
+        or _process_application_name
+    )
+    if libpq and "dsn" not in connect_args:
+        connect_args["dsn"] = "postgresql://?" + urlencode(libpq)
     if mode == TRANSACTION_POOLER:
         # asyncpg parses an unnamed statement with each execution when its cache is off
         # (one exchange: Parse, Bind, Execute, Sync), so no statement outlives the
         # server connection it was parsed on; SQLAlchemy's own cache would keep named ones.
         connect_args.setdefault("statement_cache_size", 0)
         connect_args.setdefault("prepared_statement_cache_size", 0)
-        connect_args["server_settings"] = {}
+        # A start-up parameter PgBouncer passes on (it refuses the others).
+        connect_args["server_settings"] = {"application_name": named}
     else:
-        connect_args["server_settings"] = settings
+        connect_args["server_settings"] = {"application_name": named, **settings}
     options["connect_args"] = connect_args
     schema = resolve_schema(schema)
     try:
@@ -277,8 +331,20 @@ def create_engine(
         _set_per_transaction(engine, settings)
     return engine.execution_options(
         schema_translate_map={SCHEMA_PLACEHOLDER: schema},
-        **{_POOLER_OPTION: mode, _LISTEN_URL_OPTION: listen_target},
+        **{
+            _POOLER_OPTION: mode,
+            _LISTEN_URL_OPTION: listen_target,
+            _APPLICATION_NAME_OPTION: named,
+        },
     )
+
+
+def split_libpq_parameters(url: URL) -> tuple[URL, dict[str, str]]:
+    """``url`` without the query parameters asyncpg takes from a DSN only
+    (``DSN_ONLY_PARAMETERS``, ``application_name``), and those parameters; pure."""
+    names = [*DSN_ONLY_PARAMETERS, "application_name"]
+    taken = {name: _query_values(url, name)[-1] for name in names if name in url.query}
+    return url.difference_update_query(names), taken
 
 
 def _as_url(url: str | URL) -> URL:
@@ -332,7 +398,8 @@ def listen_engine(engine: AsyncEngine) -> AsyncEngine | None:
             )
         return None
     schema = engine.get_execution_options()["schema_translate_map"][SCHEMA_PLACEHOLDER]
-    return create_engine(listen, schema, pool_size=1, max_overflow=0)
+    named = engine.get_execution_options()[_APPLICATION_NAME_OPTION]
+    return create_engine(listen, schema, pool_size=1, max_overflow=0, application_name=named)
 
 
 def read_server_version_num(conn: Connection) -> int:
@@ -440,6 +507,8 @@ def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None
                 "LEGATO_DATABASE_URL)",
                 retryable=False,
             )
+        if isinstance(cause, ssl.SSLError):  # an OSError, but one that waiting won't cure
+            return DatabaseUnavailable(_tls_failure(cause, url), retryable=False)
         if _unreachable(cause):
             return DatabaseUnavailable(
                 f"cannot reach the database at {where(url)}: {outage_cause(cause)} "
@@ -447,6 +516,21 @@ def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None
                 "right?)"
             )
     return None
+
+
+def _tls_failure(error: ssl.SSLError, url: URL) -> str:
+    """What a failed TLS handshake with ``url``'s server means, and what to check."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        reason = (error.verify_message or str(error)).rstrip(".")
+        if "mismatch" in reason:  # "Hostname mismatch", "IP address mismatch"
+            hint = (
+                f"the certificate is not issued for {url.host or 'the host'!r}: connect by a "
+                "name the certificate lists, or use sslmode=verify-ca"
+            )
+        else:
+            hint = "check that sslrootcert= names the CA that signed the server's certificate"
+        return f"the database server at {where(url)} failed TLS verification: {reason} ({hint})"
+    return f"TLS with the database server at {where(url)} failed: {error.reason or error}"
 
 
 @asynccontextmanager

@@ -15,7 +15,13 @@ from alembic import context
 from sqlalchemy import Connection, func, select
 from sqlalchemy.schema import CreateSchema
 
-from legato.db import DEFAULT_SCHEMA, check_server_version, resolve_url, validate_schema_name
+from legato.db import (
+    DEFAULT_SCHEMA,
+    check_server_version,
+    create_engine,
+    resolve_url,
+    validate_schema_name,
+)
 from legato.migrations import VERSION_TABLE
 from legato.schema import metadata
 
@@ -36,7 +42,11 @@ def _lock_key() -> object:
 def run_with(connection: Connection) -> None:
     check_server_version(connection)  # before the first write (the schema below)
     # A session-level advisory lock serialises concurrent upgrades of one schema;
-    # committed at once so each migration still runs in its own transaction.
+    # committed at once so each migration still runs in its own transaction. The wait
+    # for it is unbounded (lock_timeout 0 for this transaction only): a second upgrade
+    # waits for the first however long it takes; each migration's DDL keeps the
+    # session's lock_timeout, so it cannot queue every query behind a lock it waits for.
+    connection.execute(select(func.set_config("lock_timeout", "0", True)))
     connection.execute(select(func.pg_advisory_lock(_lock_key())))
     connection.execute(CreateSchema(schema, if_not_exists=True))
     connection.commit()
@@ -56,10 +66,8 @@ def run_with(connection: Connection) -> None:
 
 
 async def _run_standalone() -> None:
-    from sqlalchemy.ext.asyncio import create_async_engine
-
     url = resolve_url(config.get_main_option("sqlalchemy.url"))
-    engine = create_async_engine(url)
+    engine = create_engine(url, schema, pool_size=1, max_overflow=0)
     try:
         async with engine.connect() as conn:
             await conn.run_sync(run_with)

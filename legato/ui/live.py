@@ -8,7 +8,10 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from legato.client import Client
+from legato.db import listen_engine
 from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
 
@@ -23,6 +26,7 @@ class Live:
     client: Client
     watchers: dict[str, set[asyncio.Event]] = field(default_factory=dict)
     wakeups: Wakeups | None = None
+    listener: AsyncEngine | None = None  # the LISTEN connection's engine (listen_engine)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _on_payload(self, payload: str) -> None:
@@ -35,7 +39,10 @@ class Live:
         async with self.lock:
             try:
                 if self.wakeups is None:
-                    self.wakeups = Wakeups(self.client.engine)
+                    self.listener = listen_engine(self.client.engine)
+                    if self.listener is None:  # behind a transaction pooler without one
+                        return event
+                    self.wakeups = Wakeups(self.listener)
                     await self.wakeups.subscribe(
                         notify.events_channel(self.client.schema), self._on_payload
                     )
@@ -56,3 +63,6 @@ class Live:
         if self.wakeups is not None:
             await self.wakeups.close()
             self.wakeups = None
+        if self.listener is not None and self.listener is not self.client.engine:
+            await self.listener.dispose()
+        self.listener = None

@@ -328,6 +328,9 @@ async def test_stats_json_reports_a_backlog(
     assert figures["runs"]["running"] == 4
     assert figures["runs"]["created_in_window"]["running"] == 4
     assert figures["leases"] == []
+    assert {"application_name": "legato stats", "total": 1, "active": 1} in [
+        {k: v for k, v in c.items() if k != "idle_in_transaction"} for c in figures["connections"]
+    ]
 
     rc = await asyncio.to_thread(main, ["stats", "--database-url", database_url])
     text = capsys.readouterr().out

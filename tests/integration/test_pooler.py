@@ -4,12 +4,14 @@ connection and with polling alone."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import make_url, text
@@ -19,6 +21,7 @@ from legato import Client, RunFailed, Runtime, TaskState
 from legato.db import create_engine
 from legato.runtime import Roles
 from legato.testing.database import pgbouncer_binary, running_pgbouncer
+from legato.ui import app as ui_app
 from tests.e2e import flows
 from tests.e2e.flows import Account, Approval, Confirmed, Plan, Signup
 from tests.helpers import eventually, started_processes
@@ -155,3 +158,36 @@ async def test_each_transaction_through_the_pooler_carries_the_session_settings(
     async with pooled_engine.begin() as conn:
         shown = [(await conn.execute(text(f"SHOW {name}"))).scalar_one() for name in names]
     assert shown == ["30s", "5min", "force_generic_plan"]
+
+
+async def test_the_dashboards_live_tail_is_woken_through_the_listen_url(
+    pooled: Client, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ui_app, "LIVE_POLL_SECONDS", 3600.0)  # only a NOTIFY wakes the tail
+    handle = await pooled.start(flows.signup, Signup(email="ada@example.com"))
+    dashboard = ui_app.create_app(pooled)
+    observer = create_engine(database_url, "legato")
+    transport = httpx.ASGITransport(app=dashboard)
+    try:
+        async with (
+            dashboard.router.lifespan_context(dashboard),
+            httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8080") as web,
+        ):
+            tail = asyncio.create_task(web.get(f"/runs/{handle.run_id}/events"))
+
+            async def listening() -> bool:
+                async with observer.connect() as conn:
+                    found = await conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE query LIKE 'LISTEN %events_v1%'"
+                        )
+                    )
+                    return bool(found.scalar())
+
+            await eventually(listening, "the dashboard to LISTEN for history")
+            await pooled.signal(handle.run_id, "signup.confirmed", Confirmed(code="c0de"))
+            stream = await asyncio.wait_for(tail, 30)
+    finally:
+        await observer.dispose()
+    assert stream.text.rstrip().endswith("event: end\ndata: finished")

@@ -1,4 +1,5 @@
-"""Read-only figures about the queues and runs: ``legato stats`` and the metrics gauges.
+"""Read-only figures about the queues, runs and connections: ``legato stats`` and the
+metrics gauges.
 
 Each query reads a partial index or a bounded range of the partitioned tables; none
 takes a lock, so running them beside a busy system costs it nothing but the reads.
@@ -11,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import cast, func, select
+from sqlalchemy import cast, column, func, select, table
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -142,3 +143,52 @@ async def recent_failures(
         .order_by(func.count().desc(), Runs.workflow_name, Tasks.node_id)
     )
     return [Failures(wf, node, str(kind), int(count)) for wf, node, kind, count in result]
+
+
+@dataclass(frozen=True)
+class Connections:
+    """The server connections of one ``application_name`` to this database."""
+
+    application: str
+    total: int
+    active: int  # running a statement now
+    idle_in_transaction: int
+
+
+_ACTIVITY = table(
+    "pg_stat_activity",
+    column("datname"),
+    column("application_name"),
+    column("state"),
+    column("backend_type"),
+    schema="pg_catalog",
+)
+
+
+async def connections_by_application(conn: AsyncConnection) -> list[Connections]:
+    """The client connections to this database per ``application_name`` (``legato
+    stats``): Legato's processes name themselves ``legato <command>`` (``legato worker``,
+    ...) and ``legato`` in a host application, so this is what each kind holds. Reads
+    ``pg_stat_activity`` (the server's in-memory view, no index, no lock); behind a
+    transaction pooler it shows the pooler's server connections, not Legato's."""
+    state = _ACTIVITY.c.state
+    result = await conn.execute(
+        select(
+            _ACTIVITY.c.application_name,
+            func.count(),
+            func.count().filter(state == "active"),
+            func.count().filter(
+                state.in_(("idle in transaction", "idle in transaction (aborted)"))
+            ),
+        )
+        .where(
+            _ACTIVITY.c.datname == func.current_database(),
+            _ACTIVITY.c.backend_type == "client backend",
+        )
+        .group_by(_ACTIVITY.c.application_name)
+        .order_by(_ACTIVITY.c.application_name)
+    )
+    return [
+        Connections(str(name), int(total), int(active), int(idle))
+        for name, total, active, idle in result
+    ]
