@@ -59,11 +59,11 @@ MAX_POLL_INTERVAL = 3600.0
 MAX_SECONDS = 366 * 86400.0
 
 
-def check_count(option: str, value: object, most: int = MAX_CONCURRENCY) -> int:
-    """A count option (``concurrency``, ``deciders``, a batch size): an int from 1 to
-    ``most``; ``ConfigurationError`` naming the option and the value otherwise."""
-    if not _is_int(value) or not 1 <= value <= most:
-        raise ConfigurationError(f"{option}={value!r} must be an int from 1 to {most}")
+def check_count(option: str, value: object, most: int = MAX_CONCURRENCY, least: int = 1) -> int:
+    """A count option (``concurrency``, ``deciders``, a batch size): an int from ``least``
+    to ``most``; ``ConfigurationError`` naming the option and the value otherwise."""
+    if not _is_int(value) or not least <= value <= most:
+        raise ConfigurationError(f"{option}={value!r} must be an int from {least} to {most}")
     return value
 
 
@@ -78,10 +78,15 @@ def check_seconds(option: str, value: object, most: float = MAX_SECONDS) -> floa
 
 
 def check_poll_interval(value: object) -> float:
-    if not _is_number(value) or not 0 < value <= MAX_POLL_INTERVAL:
+    return check_positive_seconds("poll_interval", value, MAX_POLL_INTERVAL)
+
+
+def check_positive_seconds(option: str, value: object, most: float = MAX_SECONDS) -> float:
+    """A duration option given in seconds that zero makes meaningless: above 0, at most
+    ``most``."""
+    if not _is_number(value) or not 0 < value <= most:
         raise ConfigurationError(
-            f"poll_interval={value!r} must be a positive number of seconds, at most "
-            f"{MAX_POLL_INTERVAL:g}"
+            f"{option}={value!r} must be a positive number of seconds, at most {most:g}"
         )
     return float(value)
 
