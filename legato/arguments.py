@@ -4,7 +4,7 @@ value and what to pass instead, before anything is written."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeGuard
 
 from legato.errors import ConfigurationError, InvalidArgument, InvalidRunId
@@ -123,6 +123,31 @@ def check_after_seq(after_seq: object) -> int:
     if not _is_int(after_seq) or after_seq < 0:
         raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0")
     return after_seq
+
+
+def check_int_argument(option: str, value: object, least: int) -> int:
+    """An int argument of a call (an iteration, an attempt): ``InvalidArgument`` unless
+    it is an int of at least ``least``."""
+    if not _is_int(value) or value < least:
+        raise InvalidArgument(f"{option}={value!r} must be an int >= {least}")
+    return value
+
+
+def check_flag(option: str, value: object) -> bool:
+    """A switch argument: ``InvalidArgument`` unless it is True or False."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{option}={value!r} must be True or False")
+    return value
+
+
+def check_aware(option: str, value: object) -> datetime:
+    """A point in time: ``InvalidArgument`` unless a timezone-aware ``datetime``."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidArgument(
+            f"{option}={value!r} must be a timezone-aware datetime, "
+            "e.g. datetime.now(UTC) + timedelta(hours=1)"
+        )
+    return value
 
 
 def check_limit(limit: object) -> None:

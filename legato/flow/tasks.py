@@ -86,13 +86,15 @@ def _check_retry(retry: Retry) -> None:
         return TaskDefinitionError(f"Retry({option}={value!r}): {option} {rule}")
 
     if not _is_int(retry.attempts) or not 1 <= retry.attempts <= MAX_ATTEMPTS:
-        raise fail("attempts", f"must be an int from 1 (no retry) to {MAX_ATTEMPTS}")
+        raise fail("attempts", f"must be an int >= 1 (1 means no retry), at most {MAX_ATTEMPTS}")
     for option in ("backoff", "max_backoff"):
         value = getattr(retry, option)
         if not isinstance(value, timedelta) or not timedelta(0) <= value <= MAX_DURATION:
             raise fail(option, f"must be a datetime.timedelta from 0 to {MAX_DURATION.days} days")
     if not _is_number(retry.multiplier) or not 1 <= retry.multiplier <= MAX_BACKOFF_MULTIPLIER:
-        raise fail("multiplier", f"must be a number from 1 to {MAX_BACKOFF_MULTIPLIER:g}")
+        raise fail(
+            "multiplier", f"must be a finite number >= 1, at most {MAX_BACKOFF_MULTIPLIER:g}"
+        )
     if not _is_number(retry.jitter) or not 0 <= retry.jitter <= 1:
         raise fail("jitter", "must be a fraction between 0 and 1")
     for option in ("retry_on", "dont_retry_on"):
@@ -154,7 +156,8 @@ class RateLimit:
     def __post_init__(self) -> None:
         if not _is_int(self.count) or not 1 <= self.count <= MAX_RATE_COUNT:
             raise TaskDefinitionError(
-                f"RateLimit(count={self.count!r}): count must be an int from 1 to {MAX_RATE_COUNT}"
+                f"RateLimit(count={self.count!r}): count must be an int >= 1, "
+                f"at most {MAX_RATE_COUNT}"
             )
         if not _positive_duration(self.per):
             raise TaskDefinitionError(
