@@ -4,7 +4,7 @@ value and what to pass instead, before anything is written."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeGuard
 
 from legato.errors import ConfigurationError, InvalidArgument, InvalidRunId
@@ -59,11 +59,11 @@ MAX_POLL_INTERVAL = 3600.0
 MAX_SECONDS = 366 * 86400.0
 
 
-def check_count(option: str, value: object, most: int = MAX_CONCURRENCY) -> int:
-    """A count option (``concurrency``, ``deciders``, a batch size): an int from 1 to
-    ``most``; ``ConfigurationError`` naming the option and the value otherwise."""
-    if not _is_int(value) or not 1 <= value <= most:
-        raise ConfigurationError(f"{option}={value!r} must be an int from 1 to {most}")
+def check_count(option: str, value: object, most: int = MAX_CONCURRENCY, least: int = 1) -> int:
+    """A count option (``concurrency``, ``deciders``, a batch size): an int from ``least``
+    to ``most``; ``ConfigurationError`` naming the option and the value otherwise."""
+    if not _is_int(value) or not least <= value <= most:
+        raise ConfigurationError(f"{option}={value!r} must be an int from {least} to {most}")
     return value
 
 
@@ -78,10 +78,15 @@ def check_seconds(option: str, value: object, most: float = MAX_SECONDS) -> floa
 
 
 def check_poll_interval(value: object) -> float:
-    if not _is_number(value) or not 0 < value <= MAX_POLL_INTERVAL:
+    return check_positive_seconds("poll_interval", value, MAX_POLL_INTERVAL)
+
+
+def check_positive_seconds(option: str, value: object, most: float = MAX_SECONDS) -> float:
+    """A duration option given in seconds that zero makes meaningless: above 0, at most
+    ``most``."""
+    if not _is_number(value) or not 0 < value <= most:
         raise ConfigurationError(
-            f"poll_interval={value!r} must be a positive number of seconds, at most "
-            f"{MAX_POLL_INTERVAL:g}"
+            f"{option}={value!r} must be a positive number of seconds, at most {most:g}"
         )
     return float(value)
 
@@ -118,6 +123,31 @@ def check_after_seq(after_seq: object) -> int:
     if not _is_int(after_seq) or after_seq < 0:
         raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0")
     return after_seq
+
+
+def check_int_argument(option: str, value: object, least: int) -> int:
+    """An int argument of a call (an iteration, an attempt): ``InvalidArgument`` unless
+    it is an int of at least ``least``."""
+    if not _is_int(value) or value < least:
+        raise InvalidArgument(f"{option}={value!r} must be an int >= {least}")
+    return value
+
+
+def check_flag(option: str, value: object) -> bool:
+    """A switch argument: ``InvalidArgument`` unless it is True or False."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{option}={value!r} must be True or False")
+    return value
+
+
+def check_aware(option: str, value: object) -> datetime:
+    """A point in time: ``InvalidArgument`` unless a timezone-aware ``datetime``."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidArgument(
+            f"{option}={value!r} must be a timezone-aware datetime, "
+            "e.g. datetime.now(UTC) + timedelta(hours=1)"
+        )
+    return value
 
 
 def check_limit(limit: object) -> None:

@@ -38,6 +38,7 @@ from legato.arguments import (
     RunId,
     as_run_id,
     check_after_seq,
+    check_aware,
     check_duration,
     check_limit,
     check_max_payload,
@@ -299,13 +300,8 @@ class Client:
         payload = self._validated_input(definition, name, input)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key, InvalidArgument)
-        if start_at is not None and (
-            not isinstance(start_at, datetime) or start_at.utcoffset() is None
-        ):
-            raise InvalidArgument(
-                f"start_at={start_at!r} must be a timezone-aware datetime, "
-                "e.g. datetime.now(UTC) + timedelta(hours=1)"
-            )
+        if start_at is not None:
+            check_aware("start_at", start_at)
         given_id = None if run_id is None else as_run_id(run_id)
         if given_id is not None:
             await self._check_run_id(given_id)

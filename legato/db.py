@@ -18,6 +18,7 @@ from sqlalchemy import URL, Connection, Engine, event, make_url, select
 from sqlalchemy.exc import ArgumentError, DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from legato.arguments import check_count, check_positive_seconds
 from legato.errors import ConfigurationError, DatabaseUnavailable, IncompatibleDatabase
 from legato.schema import SCHEMA_PLACEHOLDER, SchemaVersion
 
@@ -280,6 +281,7 @@ def create_engine(
     one tick (one log line, retried), and ``Client`` reads retry once on a fresh
     connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
     """
+    _check_engine_arguments(pooler, engine_options)
     target, libpq = split_libpq_parameters(url if isinstance(url, URL) else resolve_url(url))
     mode = resolve_pooler(pooler)
     listen = listen_url or os.environ.get("LEGATO_LISTEN_DATABASE_URL") or None
@@ -345,6 +347,35 @@ def split_libpq_parameters(url: URL) -> tuple[URL, dict[str, str]]:
     names = [*DSN_ONLY_PARAMETERS, "application_name"]
     taken = {name: _query_values(url, name)[-1] for name in names if name in url.query}
     return url.difference_update_query(names), taken
+
+
+def _check_engine_arguments(pooler: object, engine_options: dict[str, Any]) -> None:
+    """The options ``create_engine`` reads or SQLAlchemy would take without complaint
+    and fail on later (a negative pool size, a zero timeout): ``ConfigurationError``
+    naming the option. SQLAlchemy's "no limit" values (``pool_size=0``,
+    ``max_overflow=-1``) are refused too: PostgreSQL's ``max_connections`` is the limit
+    they would run into."""
+    if pooler is not None and not isinstance(pooler, str):
+        raise ConfigurationError(f"pooler={pooler!r} must be 'transaction', 'session' or None")
+    if "pool_size" in engine_options:
+        check_count("pool_size", engine_options["pool_size"])
+    if "max_overflow" in engine_options:
+        check_count("max_overflow", engine_options["max_overflow"], least=0)
+    if "pool_timeout" in engine_options:
+        check_positive_seconds("pool_timeout", engine_options["pool_timeout"])
+    connect_args = engine_options.get("connect_args", {})
+    if not isinstance(connect_args, dict):
+        raise ConfigurationError(
+            f"connect_args={connect_args!r} must be a dict of asyncpg.connect() arguments"
+        )
+    settings = connect_args.get("server_settings", {})
+    if not isinstance(settings, dict) or not all(
+        isinstance(name, str) and isinstance(value, str) for name, value in settings.items()
+    ):
+        raise ConfigurationError(
+            f"connect_args['server_settings']={settings!r} must be a dict of setting names "
+            "to string values, e.g. {'application_name': 'billing'}"
+        )
 
 
 def _as_url(url: str | URL) -> URL:

@@ -29,6 +29,14 @@ MAX_PRIORITY = 2**31 - 1
 # The longest duration a spec or a task option takes: a timeout, sleep, backoff or
 # expiry near ``timedelta.max`` overflows the datetime it is added to when it is used.
 MAX_DURATION = timedelta(days=3660)
+# Each attempt of a task is a row of ``tasks`` (and events in its history).
+MAX_ATTEMPTS = 10_000
+# Past a few hundred the second retry already waits its ``max_backoff``; a larger factor
+# only makes the delay arithmetic overflow.
+MAX_BACKOFF_MULTIPLIER = 1_000.0
+# A rate limit's bucket is counted in a float of tokens by every claim: over a million
+# starts per period is no limit at all, and past 2**53 the count is no longer exact.
+MAX_RATE_COUNT = 1_000_000
 
 ErrorType = Callable[[str], LegatoError]
 

@@ -83,12 +83,6 @@ def _check_queues(queues: object) -> tuple[str, ...]:
 def _check_restarts(restarts: object) -> None:
     if not isinstance(restarts, RestartPolicy):
         raise ConfigurationError(f"restarts={restarts!r} must be a RestartPolicy")
-    if not isinstance(restarts.max_restarts, int) or restarts.max_restarts < 0:
-        raise ConfigurationError(
-            f"RestartPolicy(max_restarts={restarts.max_restarts!r}) must be an int >= 0"
-        )
-    for option in ("first_delay", "max_delay", "healthy_after"):
-        check_seconds(f"RestartPolicy({option})", getattr(restarts, option))
 
 
 class Runtime:

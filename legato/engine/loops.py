@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato.arguments import check_count, check_seconds
 from legato.db import outage
 from legato.errors import DatabaseUnavailable, LoopFailed
 
@@ -78,6 +79,11 @@ class RestartPolicy:
     first_delay: float = 0.5
     max_delay: float = 30.0
     healthy_after: float = 60.0
+
+    def __post_init__(self) -> None:
+        check_count("RestartPolicy(max_restarts)", self.max_restarts, least=0)
+        for option in ("first_delay", "max_delay", "healthy_after"):
+            check_seconds(f"RestartPolicy({option})", getattr(self, option))
 
     def delay(self, crashes: int) -> float:
         """Seconds before restarting after the ``crashes``-th crash in a row."""

@@ -14,7 +14,7 @@ from legato.flow.builder import Flow, Node
 from legato.flow.schedules import Schedule
 from legato.flow.spec import SpecError, WorkflowSpec
 from legato.flow.tasks import TaskDefinition, adapter_for
-from legato.limits import MAX_DURATION
+from legato.limits import MAX_DURATION, check_name
 from legato.schema.enums import CatchUp
 
 In = TypeVar("In")
@@ -158,6 +158,7 @@ class Workflow(WorkflowDefinition, Generic[In, Out]):
         """Start a run of this workflow with ``input`` on every tick of ``cron`` (in
         ``timezone``) or every ``every``; deployed with the workflow. Raises
         ``InvalidSchedule`` naming the bad value. See docs/flows.md, "Schedules"."""
+        check_name("schedule name", name, InvalidSchedule)
         if name in self.schedules:
             raise InvalidSchedule(f"workflow {self.name!r} already has a schedule {name!r}")
         try:

@@ -14,8 +14,13 @@ from pydantic import JsonValue
 
 from legato.engine.scheduler import Policy, Timing
 from legato.errors import InvalidSchedule
-from legato.limits import check_name
+from legato.limits import MAX_DURATION
 from legato.schema.enums import CatchUp
+
+# The finest interval is cron's finest tick; the longest is the longest duration any
+# option takes (a tick or a grace near ``timedelta.max`` overflows the datetimes it is
+# added to).
+MIN_EVERY = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -42,9 +47,14 @@ class Schedule:
         max_catch_up: object,
         grace: object,
     ) -> Schedule:
-        """Check every option, naming the bad value in an ``InvalidSchedule``."""
-        check_name("schedule name", name, InvalidSchedule)
+        """Check every option but the name (``Workflow.schedule`` checks it first),
+        naming the bad value in an ``InvalidSchedule``."""
         timing = Timing.checked(name, cron, every, timezone)
+        if timing.every is not None and not MIN_EVERY <= timing.every <= MAX_DURATION:
+            raise InvalidSchedule(
+                f"schedule {name!r}: every={timing.every!r} must be from 1 second to "
+                f"{MAX_DURATION.days} days, e.g. every=timedelta(minutes=5)"
+            )
         try:
             policy_kind = CatchUp(str(catch_up).upper())
         except ValueError:
@@ -61,8 +71,9 @@ class Schedule:
                 f"schedule {name!r}: max_catch_up must be an int from 1 to 10000, "
                 f"got {max_catch_up!r}"
             )
-        if not isinstance(grace, timedelta) or grace < timedelta(0):
+        if not isinstance(grace, timedelta) or not timedelta(0) <= grace <= MAX_DURATION:
             raise InvalidSchedule(
-                f"schedule {name!r}: grace must be a timedelta of zero or more, got {grace!r}"
+                f"schedule {name!r}: grace must be a timedelta from zero to "
+                f"{MAX_DURATION.days} days, got {grace!r}"
             )
         return cls(name, workflow, input, timing, Policy(policy_kind, max_catch_up, grace))

@@ -21,7 +21,15 @@ from pydantic import JsonValue, TypeAdapter
 from legato.context import TaskCancelled, TaskContext
 from legato.errors import TaskDefinitionError as TaskDefinitionError
 from legato.flow.spec import RetrySpec, TaskSpec, TimeoutSpec
-from legato.limits import MAX_DURATION, MAX_PRIORITY, check_name, check_timeout
+from legato.limits import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_MULTIPLIER,
+    MAX_DURATION,
+    MAX_PRIORITY,
+    MAX_RATE_COUNT,
+    check_name,
+    check_timeout,
+)
 
 R_co = TypeVar("R_co", covariant=True)
 A1_contra = TypeVar("A1_contra", contravariant=True)
@@ -77,14 +85,16 @@ def _check_retry(retry: Retry) -> None:
         value = getattr(retry, option)
         return TaskDefinitionError(f"Retry({option}={value!r}): {option} {rule}")
 
-    if not _is_int(retry.attempts) or retry.attempts < 1:
-        raise fail("attempts", "must be an int >= 1 (1 means no retry)")
+    if not _is_int(retry.attempts) or not 1 <= retry.attempts <= MAX_ATTEMPTS:
+        raise fail("attempts", f"must be an int >= 1 (1 means no retry), at most {MAX_ATTEMPTS}")
     for option in ("backoff", "max_backoff"):
         value = getattr(retry, option)
         if not isinstance(value, timedelta) or not timedelta(0) <= value <= MAX_DURATION:
             raise fail(option, f"must be a datetime.timedelta from 0 to {MAX_DURATION.days} days")
-    if not _is_number(retry.multiplier) or not 1 <= retry.multiplier < float("inf"):
-        raise fail("multiplier", "must be a finite number >= 1")
+    if not _is_number(retry.multiplier) or not 1 <= retry.multiplier <= MAX_BACKOFF_MULTIPLIER:
+        raise fail(
+            "multiplier", f"must be a finite number >= 1, at most {MAX_BACKOFF_MULTIPLIER:g}"
+        )
     if not _is_number(retry.jitter) or not 0 <= retry.jitter <= 1:
         raise fail("jitter", "must be a fraction between 0 and 1")
     for option in ("retry_on", "dont_retry_on"):
@@ -144,8 +154,11 @@ class RateLimit:
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if not _is_int(self.count) or self.count < 1:
-            raise TaskDefinitionError(f"RateLimit(count={self.count!r}): count must be an int >= 1")
+        if not _is_int(self.count) or not 1 <= self.count <= MAX_RATE_COUNT:
+            raise TaskDefinitionError(
+                f"RateLimit(count={self.count!r}): count must be an int >= 1, "
+                f"at most {MAX_RATE_COUNT}"
+            )
         if not _positive_duration(self.per):
             raise TaskDefinitionError(
                 f"RateLimit(per={self.per!r}): per must be a positive datetime.timedelta of "
@@ -183,6 +196,24 @@ def _check_key_and_name(option: str, key: object, name: object) -> None:
         raise TaskDefinitionError(f"{option}(key={key!r}): key must be a function of the inputs")
     if name is not None:
         check_name(f"{option}: name", name, TaskDefinitionError)
+
+
+def _check_key_arity(label: str, limit: Concurrency | RateLimit | Cache, arity: int) -> None:
+    """A limit's or cache's ``key`` is called with the task's inputs: one that cannot take
+    them would fail on every attempt, far from the declaration."""
+    if limit.key is None:
+        return
+    try:
+        signature = inspect.signature(limit.key)
+    except (TypeError, ValueError):  # a builtin without a signature: not checkable
+        return
+    try:
+        signature.bind(*range(arity))
+    except TypeError as error:
+        raise TaskDefinitionError(
+            f"{label}: {type(limit).__name__}(key={limit.key!r}) cannot take the task's "
+            f"{arity} input(s) ({error}): key is called with the inputs, as key(*inputs)"
+        ) from None
 
 
 def _check_transactional(label: str, transactional: object, limit: timedelta | None) -> bool:
@@ -258,6 +289,8 @@ class TaskDefinition:
                 raise TaskDefinitionError(
                     f"{label}: {option}={value!r} must be a legato.{kind.__name__} or None"
                 )
+            if value is not None:
+                _check_key_arity(label, value, len(self.param_types))
         self.concurrency = concurrency
         self.rate_limit = rate_limit
         self.cache = cache

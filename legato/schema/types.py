@@ -14,6 +14,8 @@ from sqlalchemy import Dialect, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
+from legato.errors import InvalidArgument
+
 T = TypeVar("T")
 E = TypeVar("E", bound=StrEnum)
 
@@ -104,6 +106,11 @@ _last_ms = 0
 _last_seq = 0
 
 
+# A run id's time is read back as a datetime, which ends with the year 9999 (the 48
+# bits of a UUIDv7's timestamp go on to the year 10889).
+MAX_UUID7_MS = 253_402_300_799_999
+
+
 def uuid7(at_ms: int | None = None) -> uuid.UUID:
     """A UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then a 12-bit sequence, then random bits.
 
@@ -111,6 +118,14 @@ def uuid7(at_ms: int | None = None) -> uuid.UUID:
     millisecond), so they sort by creation like the server's ``uuidv7()``.
     """
     global _last_ms, _last_seq
+    if at_ms is not None and (
+        not isinstance(at_ms, int) or isinstance(at_ms, bool) or not 0 <= at_ms <= MAX_UUID7_MS
+    ):
+        raise InvalidArgument(
+            f"uuid7(at_ms={at_ms!r}): at_ms must be an int of milliseconds since the Unix "
+            f"epoch from 0 to {MAX_UUID7_MS} (the end of the year 9999), e.g. "
+            "int(time.time() * 1000); or omit it for now"
+        )
     ms = time.time_ns() // 1_000_000 if at_ms is None else at_ms
     if at_ms is None:
         if ms <= _last_ms:

@@ -17,20 +17,23 @@ when one breaks.
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeGuard, TypeVar
 
 from pydantic import JsonValue
 
+from legato.arguments import RunId, as_run_id, check_aware, check_flag, check_int_argument
 from legato.context import TaskContext
 from legato.engine.decider.model import AppendEvent, CreateTask, TaskError, TaskRecord
 from legato.engine.decider_loop import timer_row
 from legato.engine.timer_loop import report_for
 from legato.engine.worker import error_of
-from legato.errors import InvalidInput, LegatoError
-from legato.flow import InputValidationError, UnknownEventError, Workflow
-from legato.flow.tasks import TaskDefinition
+from legato.errors import InvalidArgument, InvalidInput, InvalidOutput, LegatoError
+from legato.flow import InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
+from legato.flow.tasks import TaskDefinition, adapter_for
+from legato.limits import MAX_DURATION, check_json, check_name
 from legato.models import error_info, run_failed
 from legato.schema import NodeKind, RunStatus, TaskState, TimerKind
 from legato.testing.decider_sim import T0, Sim
@@ -59,15 +62,21 @@ class Simulator(Generic[In, Out]):
         *,
         run_tasks: bool = True,
         now: datetime = T0,
-        run_id: uuid.UUID | None = None,
+        run_id: RunId | None = None,
     ) -> None:
+        if not isinstance(workflow, WorkflowDefinition):
+            raise InvalidArgument(
+                f"Simulator() takes a Workflow object (made by @workflow), not {workflow!r}"
+            )
         self.workflow = workflow
-        self.run_tasks = run_tasks
+        self.run_tasks = check_flag("run_tasks", run_tasks)
+        check_aware("now", now)
+        given_id = None if run_id is None else as_run_id(run_id)
         try:
             payload = workflow.validate_input(input)
         except InputValidationError as error:
             raise InvalidInput(str(error)) from None
-        self._sim = Sim(workflow.spec, payload, run_id)
+        self._sim = Sim(workflow.spec, payload, given_id)
         self._sim.now = now
 
     # -- reading ------------------------------------------------------------------------------
@@ -91,7 +100,7 @@ class Simulator(Generic[In, Out]):
 
     def task(self, node_id: str, iteration: int = 0) -> TaskRecord:
         """The latest attempt of a node (a map element by ``iteration``)."""
-        rows = self._sim.rows(node_id)
+        rows = self._rows(node_id, iteration)
         latest = [t for t in rows if t.iteration == iteration]
         if not latest:
             known = sorted({t.node_id for t in self._sim.snap.tasks})
@@ -102,7 +111,12 @@ class Simulator(Generic[In, Out]):
 
     def attempts(self, node_id: str, iteration: int = 0) -> int:
         """How many attempts of a node were made."""
-        return len([t for t in self._sim.rows(node_id) if t.iteration == iteration])
+        return len([t for t in self._rows(node_id, iteration) if t.iteration == iteration])
+
+    def _rows(self, node_id: str, iteration: int) -> list[TaskRecord]:
+        check_name("node id", node_id, InvalidArgument)
+        check_int_argument("iteration", iteration, 0)
+        return list(self._sim.rows(node_id))
 
     def running(self) -> list[str]:
         """Node ids of the tasks and child runs in progress (not yet due ones included)."""
@@ -146,7 +160,7 @@ class Simulator(Generic[In, Out]):
     async def advance(self, by: timedelta | float) -> None:
         """Move the clock forward, stopping at every timer and backoff on the way so
         each fires at its own time; settles at each stop."""
-        target = self.now + (by if isinstance(by, timedelta) else timedelta(seconds=by))
+        target = self._after(by)
         await self.settle()
         while not self.status.finished:
             upcoming = self._next_due()
@@ -157,12 +171,30 @@ class Simulator(Generic[In, Out]):
         self._sim.now = max(self.now, target)
         await self.settle()
 
+    def _after(self, by: object) -> datetime:
+        """``now`` moved on by ``by``: a ``timedelta`` or a number of seconds, from zero
+        to ``MAX_DURATION`` (``InvalidArgument`` otherwise)."""
+        step = timedelta(seconds=by) if _is_seconds(by) and math.isfinite(by) else by
+        if not isinstance(step, timedelta) or not timedelta(0) <= step <= MAX_DURATION:
+            raise InvalidArgument(
+                f"advance({by!r}): give a timedelta or a number of seconds from zero to "
+                f"{MAX_DURATION.days} days, e.g. advance(timedelta(minutes=30))"
+            )
+        try:
+            return self.now + step
+        except OverflowError:
+            raise InvalidArgument(
+                f"advance({by!r}) from {self.now.isoformat()} passes the year 9999"
+            ) from None
+
     async def signal(self, name: str, payload: Any = None) -> None:
         """Deliver a signal (validated like ``Client.signal``) and settle."""
+        check_name("signal name", name, InvalidArgument)
         try:
             data = self.workflow.validate_event(name, payload)
         except (InputValidationError, UnknownEventError) as error:
             raise InvalidInput(str(error)) from None
+        data = check_json(f"payload of signal {name!r}", data, InvalidInput)
         self._running_run("signal")
         self._sim.signal(name, data)
         await self.settle()
@@ -176,8 +208,7 @@ class Simulator(Generic[In, Out]):
     async def complete(self, node_id: str, output: Any = None, iteration: int = 0) -> None:
         """End a running task (``run_tasks=False``) or child run with ``output`` and settle."""
         row = self._in_progress(node_id, iteration)
-        definition = self._definition(row)
-        value = definition.dump_result(output) if definition is not None else _json(output)
+        value = self._output(node_id, self._definition(row), output)
         self._sim.complete(node_id, value, iteration)
         await self.settle()
 
@@ -191,6 +222,12 @@ class Simulator(Generic[In, Out]):
     ) -> None:
         """Fail a running task or child run and settle; a retryable failure of a task
         with retries left is retried after its backoff (``advance`` past it)."""
+        if not isinstance(error, BaseException | str):
+            raise InvalidArgument(
+                f"fail(error={error!r}): give an exception or a message, e.g. "
+                "ValueError('card declined')"
+            )
+        check_flag("retryable", retryable)
         self._in_progress(node_id, iteration)
         exc = error if isinstance(error, BaseException) else RuntimeError(error)
         self._finish(
@@ -199,6 +236,24 @@ class Simulator(Generic[In, Out]):
         await self.settle()
 
     # -- the fake worker and timer loop -------------------------------------------------------
+
+    @staticmethod
+    def _output(node_id: str, definition: TaskDefinition | None, output: Any) -> JsonValue:
+        """``output`` as the JSON a worker would store: validated into the task's return
+        type and dumped (a child run's output as it is); ``InvalidOutput`` when it does
+        not fit or is not storable JSON."""
+        what = f"output of node {node_id!r}"
+        try:
+            value = (
+                _json(output)
+                if definition is None
+                else definition.dump_result(
+                    adapter_for(definition.return_type).validate_python(output)
+                )
+            )
+        except ValueError as error:  # pydantic's validation and serialization errors
+            raise InvalidOutput(f"{what} does not fit the task's return type: {error}") from None
+        return check_json(what, value, InvalidOutput)
 
     def _created(self) -> dict[uuid.UUID, CreateTask]:
         return {c.task_id: c for c in self._sim.created}
@@ -300,6 +355,10 @@ class Simulator(Generic[In, Out]):
         ]
         later = [t for t in times if t > self.now]
         return min(later, default=None)
+
+
+def _is_seconds(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _json(value: Any) -> JsonValue:

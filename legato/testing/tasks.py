@@ -17,10 +17,12 @@ from typing import Any, TypeVar, overload
 
 from pydantic import JsonValue
 
+from legato.arguments import as_run_id, check_flag, check_int_argument
 from legato.context import TaskCancelled, TaskContext
-from legato.errors import InvalidInput
+from legato.errors import InvalidArgument, InvalidInput
 from legato.flow import Task0, Task1, Task2, Task3, Task4, Task5
 from legato.flow.tasks import TaskArgumentsError, TaskDefinition, adapter_for
+from legato.limits import check_json, check_name
 from legato.schema import uuid7
 
 R = TypeVar("R")
@@ -35,14 +37,25 @@ def task_context(
     *,
     node_id: str = "task",
     workflow: str = "test",
-    run_id: uuid.UUID | None = None,
+    run_id: uuid.UUID | str | None = None,
     iteration: int = 0,
     attempt: int = 1,
     cancelled: bool = False,
     heartbeat: Callable[[], Awaitable[None]] | None = None,
 ) -> TaskContext:
     """A ``TaskContext`` for a task under test. With ``cancelled=True`` its
-    ``heartbeat()`` raises ``TaskCancelled``, as when the run was cancelled."""
+    ``heartbeat()`` raises ``TaskCancelled``, as when the run was cancelled. A bad
+    argument raises ``InvalidArgument`` (``InvalidRunId`` for ``run_id``)."""
+    check_name("node_id", node_id, InvalidArgument)
+    check_name("workflow", workflow, InvalidArgument)
+    given_id = None if run_id is None else as_run_id(run_id)
+    check_int_argument("iteration", iteration, 0)
+    check_int_argument("attempt", attempt, 1)
+    check_flag("cancelled", cancelled)
+    if heartbeat is not None and not callable(heartbeat):
+        raise InvalidArgument(
+            f"heartbeat={heartbeat!r} must be an async function taking no arguments, or None"
+        )
 
     async def cancelled_heartbeat() -> None:
         raise TaskCancelled(f"attempt {attempt} of {node_id!r} was cancelled")
@@ -52,7 +65,7 @@ def task_context(
 
     beat = cancelled_heartbeat if cancelled else heartbeat or no_heartbeat
     return TaskContext(
-        run_id=run_id or uuid7(),
+        run_id=given_id or uuid7(),
         task_id=uuid7(),
         workflow=workflow,
         node_id=node_id,
@@ -100,8 +113,16 @@ async def run_task(
 async def run_task(task: TaskDefinition, /, *inputs: Any, ctx: TaskContext | None = None) -> Any:
     """Run ``task`` on ``inputs`` (models or JSON) with ``ctx`` (``task_context()`` by
     default) and return its result, typed. The task's own exceptions propagate;
-    arguments that fail the parameter types raise ``InvalidInput``."""
-    args: JsonValue = [_json(value) for value in inputs]
+    arguments that fail the parameter types, or are not JSON, raise ``InvalidInput``."""
+    if not isinstance(task, TaskDefinition):
+        raise InvalidArgument(f"run_task() takes a task (made by @task), not {task!r}")
+    if ctx is not None and not isinstance(ctx, TaskContext):
+        raise InvalidArgument(f"ctx={ctx!r} must be a TaskContext, e.g. task_context()")
+    args = check_json(
+        f"the input list of task {task.name!r}",
+        [_json(task.name, i, v) for i, v in enumerate(inputs)],
+        InvalidInput,
+    )
     context = ctx or task_context(node_id=task.name)
     try:
         output = await task.invoke(context, args)
@@ -110,6 +131,12 @@ async def run_task(task: TaskDefinition, /, *inputs: Any, ctx: TaskContext | Non
     return adapter_for(task.return_type).validate_python(output)
 
 
-def _json(value: Any) -> JsonValue:
-    dumped: JsonValue = adapter_for(type(value)).dump_python(value, mode="json")
+def _json(task: str, position: int, value: Any) -> JsonValue:
+    try:
+        dumped: JsonValue = adapter_for(type(value)).dump_python(value, mode="json")
+    except ValueError as error:  # pydantic cannot serialise it
+        raise InvalidInput(
+            f"argument {position} of task {task!r} is not JSON: {type(value).__name__} "
+            f"{value!r} ({error}); pass models or JSON values"
+        ) from None
     return dumped

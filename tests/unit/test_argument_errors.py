@@ -237,13 +237,13 @@ CASES: dict[str, tuple[type[LegatoError], str, Callable[[], object]]] = {
     ),
     "restarts negative": (
         ConfigurationError,
-        "RestartPolicy(max_restarts=-1) must be an int >= 0",
-        _runtime(restarts=RestartPolicy(max_restarts=-1)),
+        "RestartPolicy(max_restarts)=-1 must be an int from 0 to 10000",
+        lambda: RestartPolicy(max_restarts=-1),
     ),
     "restarts delay nan": (
         ConfigurationError,
         "RestartPolicy(first_delay)=nan",
-        _runtime(restarts=RestartPolicy(first_delay=float("nan"))),
+        lambda: RestartPolicy(first_delay=float("nan")),
     ),
     "relay junk": (
         ConfigurationError,
