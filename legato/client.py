@@ -54,7 +54,6 @@ from legato.db import (
     resolve_schema,
 )
 from legato.engine.deploy import deploy_workflows
-from legato.engine.driver import DriverStatements
 from legato.engine.repositories import (
     decide_queue,
     definitions,
@@ -66,6 +65,7 @@ from legato.engine.repositories import (
     tasks,
 )
 from legato.engine.repositories.runs import RunRow
+from legato.engine.transport.driver import DriverStatements
 from legato.errors import (
     ConfigurationError,
     InvalidArgument,

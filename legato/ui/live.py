@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from legato.client import Client
-from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
+from legato.engine.transport.wakeups import Wakeups
 
 log = logging.getLogger("legato.ui")
 
