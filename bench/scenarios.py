@@ -21,8 +21,8 @@ from bench.harness import Figure, Server, Target, percentile, probe_engine
 from bench.procs import Fleet
 from legato import App, Client, Workflow
 from legato.db import create_engine
-from legato.engine.decider_loop import DeciderLoop
-from legato.engine.worker import Worker
+from legato.engine.loops.decider import DeciderLoop
+from legato.engine.loops.worker import Worker
 from legato.schema import Runs, RunStatus, Tasks, TaskState
 
 BATCH = 500

@@ -55,7 +55,6 @@ from legato.db import (
     resolve_schema,
 )
 from legato.engine.deploy import deploy_workflows
-from legato.engine.driver import DriverStatements
 from legato.engine.repositories import (
     decide_queue,
     definitions,
@@ -67,6 +66,7 @@ from legato.engine.repositories import (
     tasks,
 )
 from legato.engine.repositories.runs import RunRow
+from legato.engine.transport.driver import DriverStatements
 from legato.errors import (
     ConfigurationError,
     InvalidArgument,

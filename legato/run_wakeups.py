@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.db import listen_engine
-from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
+from legato.engine.transport.wakeups import Wakeups
 
 log = logging.getLogger("legato.client")
 

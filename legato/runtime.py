@@ -37,16 +37,18 @@ from legato.arguments import (
     check_seconds,
 )
 from legato.db import as_unavailable, check_database, engine_schema, listen_engine
-from legato.engine.decider_loop import DeciderLoop
 from legato.engine.deploy import deploy_workflows
-from legato.engine.handoff import LocalHandoff
-from legato.engine.lease_sweeper import LeaseSweeper
-from legato.engine.loops import Loop, RestartPolicy, Wakeups, one_line
-from legato.engine.maintenance import MaintenanceLoop
-from legato.engine.relay import RelayLoop, RelaySettings
-from legato.engine.scheduling import ScheduleLoop
-from legato.engine.timer_loop import TimerLoop
-from legato.engine.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
+from legato.engine.loops.decider import DeciderLoop
+from legato.engine.loops.lease_sweeper import LeaseSweeper
+from legato.engine.loops.maintenance import MaintenanceLoop
+from legato.engine.loops.relay import RelayLoop, RelaySettings
+from legato.engine.loops.schedules import ScheduleLoop
+from legato.engine.loops.supervision import Loop, RestartPolicy
+from legato.engine.loops.timers import TimerLoop
+from legato.engine.loops.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
+from legato.engine.outages import one_line
+from legato.engine.transport.handoff import LocalHandoff
+from legato.engine.transport.wakeups import Wakeups
 from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
 from legato.limits import check_name
@@ -128,7 +130,9 @@ class Runtime:
         if restarts is not None:
             _check_restarts(restarts)
         if relay is not None and not isinstance(relay, RelaySettings):
-            raise ConfigurationError(f"relay={relay!r} must be a legato.engine.relay.RelaySettings")
+            raise ConfigurationError(
+                f"relay={relay!r} must be a legato.engine.loops.relay.RelaySettings"
+            )
         self.engine = engine
         self.startup_timeout = startup_timeout
         self.app = app

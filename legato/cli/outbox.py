@@ -22,7 +22,7 @@ from legato.cli import (
     render,
 )
 from legato.db import create_engine, resolve_schema, resolve_url
-from legato.engine.relay import RelaySettings
+from legato.engine.loops.relay import RelaySettings
 from legato.engine.repositories.outbox import Delivery
 from legato.errors import InvalidArgument
 from legato.flow import App

@@ -2,7 +2,7 @@
 
 Schedules are declared in code (``Workflow.schedule``) and deployed with their
 workflow; these commands only read them and write pause/resume/trigger through
-``legato.engine.scheduling``.
+``legato.engine.loops.schedules``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from legato.cli import command, connected, group, nonempty
 from legato.cli.render import table
-from legato.engine import scheduling
+from legato.engine.loops import schedules as scheduling
 from legato.engine.repositories.schedules import StoredSchedule
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.loops.schedules import deploy_schedules, utc_now
 from legato.engine.repositories import definitions
-from legato.engine.scheduling import deploy_schedules, utc_now
 from legato.flow import App, WorkflowDefinition, resolve_version
 
 

@@ -2,7 +2,7 @@
 
 A schedule belongs to its workflow and is deployed with it (``legato deploy``, a
 decider's start, ``Client.deploy``); the decider processes fire it
-(``legato.engine.scheduling``).
+(``legato.engine.loops.schedules``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from legato.engine.scheduler import Policy, Timing
 from legato.errors import InvalidSchedule
+from legato.flow.ticks import Policy, Timing
 from legato.limits import MAX_DURATION
 from legato.schema.enums import CatchUp
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops import Loop
+from legato.engine.loops.supervision import Loop
 from legato.engine.repositories import stats
 from legato.observability import metrics
 

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.client import Client
 from legato.db import listen_engine
-from legato.engine.loops import Wakeups
 from legato.engine.repositories import notify
+from legato.engine.transport.wakeups import Wakeups
 
 log = logging.getLogger("legato.ui")
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato import App, Runtime
 from legato.db import create_engine
-from legato.engine import decider_loop
+from legato.engine.loops import decider as decider_loop
 from legato.runtime import Roles
 from tests.helpers import write_whole
 

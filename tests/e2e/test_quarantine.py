@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunNotFound, RunStatus, Runtime, uuid7
-from legato.engine.decider_loop import decision_retry_delay
+from legato.engine.loops.decider import decision_retry_delay
 from legato.runtime import Roles
 from legato.schema import DecideQueue, WorkflowDefinitions
 from tests.e2e import flows

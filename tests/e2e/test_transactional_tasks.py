@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
 
 from legato import Client, RunFailed, Runtime, TaskState
+from legato.engine.loops.worker import Worker
 from legato.engine.repositories import transactions
-from legato.engine.worker import Worker
 from tests.e2e import txflows
 from tests.helpers import eventually
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine import reports as legato_reports
-from legato.engine import worker
+from legato.engine.loops import worker
 from legato.engine.reports import Report
 from legato.runtime import Roles
 from tests.e2e import txflows

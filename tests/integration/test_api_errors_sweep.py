@@ -29,8 +29,8 @@ from legato import (
     workflow,
 )
 from legato.db import create_engine
-from legato.engine.loops import database_failure
-from legato.engine.timer_loop import TimerLoop
+from legato.engine.loops.timers import TimerLoop
+from legato.engine.outages import database_failure
 from legato.schema import RunEvents, Runs, Tasks
 from tests.helpers import run_legato
 from tests.integration.test_cli_db import assert_one_line_error

@@ -11,7 +11,7 @@ from sqlalchemy import delete, event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, TaskContext, task, workflow
-from legato.engine.decider_loop import DeciderLoop
+from legato.engine.loops.decider import DeciderLoop
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, tasks
 from legato.schema import RunStatus, Signals, TaskQueue, Tasks, TaskState

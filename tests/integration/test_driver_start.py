@@ -1,5 +1,5 @@
 """``Client.start`` and ``Client.signal`` on the asyncpg driver connection
-(legato/engine/driver.py): durable before they return, no transaction left open, the
+(legato/engine/transport/driver.py): durable before they return, no transaction left open, the
 errors of the SQLAlchemy path when the server closes or kills the connection, and a
 signal's typed errors when no read comes before it."""
 

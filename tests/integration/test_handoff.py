@@ -1,4 +1,4 @@
-"""In-process hand-offs (``legato.engine.handoff``): a decision leases new attempts to the
+"""In-process hand-offs (``legato.engine.transport.handoff``): a decision leases new attempts to the
 worker of its own process, within that worker's concurrency; the rest stay queued for
 any worker's claim."""
 
@@ -13,8 +13,8 @@ from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Runtime, TaskContext, TaskState, task, workflow
-from legato.engine.loops import Wakeups
-from legato.engine.worker import Worker
+from legato.engine.loops.worker import Worker
+from legato.engine.transport.wakeups import Wakeups
 from legato.schema import Tasks
 from tests.helpers import eventually
 

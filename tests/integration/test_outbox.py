@@ -13,8 +13,8 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Retry, Runtime, TaskContext, task, webhooks, workflow
-from legato.engine.decider_loop import DeciderLoop
-from legato.engine.relay import RelaySettings
+from legato.engine.loops.decider import DeciderLoop
+from legato.engine.loops.relay import RelaySettings
 from legato.errors import InvalidSignature
 from legato.runtime import Roles
 from legato.schema import Outbox, WebhookEndpoints

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, ConfigurationError, webhooks
-from legato.engine.relay import RelayLoop, RelaySettings
+from legato.engine.loops.relay import RelayLoop, RelaySettings
 from legato.engine.repositories import outbox
 from legato.schema import Outbox, uuid7
 from tests.helpers import count_rows, eventually, run_legato

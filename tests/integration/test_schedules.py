@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, RunFailed, RunStatus, Runtime, TaskState
-from legato.engine import scheduling
+from legato.engine.loops import schedules as scheduling
 from legato.engine.repositories import schedules
 from legato.schema import Runs
 from tests.integration.schedule_app import CANCELLED, SKIP_GRACE, Tick, stuck, stuck_app, tick

@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, DatabaseUnavailable, LoopFailed, Runtime, migrations
 from legato.db import create_engine
-from legato.engine.loops import Loop, RestartPolicy, Wakeups
+from legato.engine.loops.supervision import Loop, RestartPolicy
+from legato.engine.transport.wakeups import Wakeups
 from legato.runtime import Roles
 from tests.e2e import flows
 from tests.integration.test_cli_runtime import legato, one_line_error

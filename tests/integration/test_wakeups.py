@@ -8,7 +8,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.db import create_engine
-from legato.engine.loops import Wakeups
+from legato.engine.transport.wakeups import Wakeups
 from tests.helpers import eventually
 
 

@@ -31,8 +31,8 @@ from legato import (
     workflow,
 )
 from legato.db import outage
-from legato.engine.loops import RestartPolicy
-from legato.engine.worker import Worker
+from legato.engine.loops.supervision import RestartPolicy
+from legato.engine.loops.worker import Worker
 
 URL = "postgresql://app@localhost/app"  # never connected to: every check comes first
 HUGE = timedelta.max
@@ -247,7 +247,7 @@ CASES: dict[str, tuple[type[LegatoError], str, Callable[[], object]]] = {
     ),
     "relay junk": (
         ConfigurationError,
-        "relay=3 must be a legato.engine.relay.RelaySettings",
+        "relay=3 must be a legato.engine.loops.relay.RelaySettings",
         _runtime(relay=3),
     ),
     # flow builders: durations past what a datetime holds, limits past the slots table

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from legato.engine.handoff import eligible
 from legato.engine.repositories.task_queue import NewQueueRow
+from legato.engine.transport.handoff import eligible
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -23,12 +23,12 @@ CLI = "legato.cli"
 # The supervised loops and what runs them: everything that talks to the database on a
 # schedule rather than answering one call.
 LOOPS = (
-    "legato.engine.loops",
-    "legato.engine.decider_loop",
-    "legato.engine.timer_loop",
-    "legato.engine.lease_sweeper",
-    "legato.engine.worker",
-    "legato.engine.maintenance",
+    "legato.engine.loops.supervision",
+    "legato.engine.loops.decider",
+    "legato.engine.loops.timers",
+    "legato.engine.loops.lease_sweeper",
+    "legato.engine.loops.worker",
+    "legato.engine.loops.maintenance",
     "legato.runtime",
 )
 
@@ -136,7 +136,7 @@ def test_the_scan_sees_the_package() -> None:
         GRAPH
     )
     assert "sqlalchemy" in GRAPH["legato.schema.tables"]
-    assert f"{REPOSITORIES}.runs" in closure(GRAPH, "legato.engine.decider_loop")
+    assert f"{REPOSITORIES}.runs" in closure(GRAPH, "legato.engine.loops.decider")
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_importing_the_decider_does_not_load_sqlalchemy() -> None:
     probe = (
         "import sys, legato.engine.decider\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'asyncpg')"
-        " or m.startswith(('legato.client', 'legato.engine.worker', 'legato.engine.repo'))))"
+        " or m.startswith(('legato.client', 'legato.engine.loops.worker', 'legato.engine.repo'))))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True

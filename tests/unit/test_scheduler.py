@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from legato import CatchUp, InvalidSchedule
 from legato.context import TaskContext
-from legato.engine.scheduler import (
+from legato.flow import Flow, Node, task, workflow
+from legato.flow.ticks import (
     Policy,
     Timing,
     idempotency_key,
@@ -17,7 +18,6 @@ from legato.engine.scheduler import (
     plan,
     ticks_back,
 )
-from legato.flow import Flow, Node, task, workflow
 
 MINUTE = Timing(cron="* * * * *", every=None)
 EVERY_10S = Timing(cron=None, every=timedelta(seconds=10))

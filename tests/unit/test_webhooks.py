@@ -12,7 +12,13 @@ import pytest
 
 from legato import InvalidSignature, InvalidWebhook, RunStatus, webhooks
 from legato.engine.decider.model import Action, AppendEvent, FinishRun, TaskError
-from legato.engine.relay import RelaySettings, body_of, headers_of, lifecycle_events, retry_delay
+from legato.engine.loops.relay import (
+    RelaySettings,
+    body_of,
+    headers_of,
+    lifecycle_events,
+    retry_delay,
+)
 from legato.engine.repositories.outbox import Delivery
 from legato.errors import ConfigurationError
 

@@ -161,7 +161,7 @@ class Unnest(Generic[R]):
         """``INSERT INTO table (...) VALUES (...)`` of ONE row, each field a scalar
         parameter of the same name as its array (bound by ``bind_one``): parameters the
         driver encodes itself, where an array parameter goes through SQLAlchemy's
-        ``ARRAY`` conversion (legato/engine/driver.py runs only the former)."""
+        ``ARRAY`` conversion (legato/engine/transport/driver.py runs only the former)."""
         values: dict[str, Any] = {}
         for name, target in self.targets.items():
             param: ColumnElement[Any] = bindparam(self._params[name], type_=_element(target))

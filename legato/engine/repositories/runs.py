@@ -29,8 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.driver import DriverStatements
 from legato.engine.repositories.params import Unnest, in_array, uuid_array
+from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
 from legato.schema.values import TaskError
 
@@ -189,7 +189,7 @@ async def start_runs(
 async def start_one(driver: DriverStatements, new: NewRun, reason: str) -> None:
     """Start ONE run, committed on its own (Client.start without an idempotency key or a
     caller's connection): the rows of ``start_runs`` from scalar parameters, on the
-    asyncpg driver path (legato/engine/driver.py) — the hottest single-row write a
+    asyncpg driver path (legato/engine/transport/driver.py) — the hottest single-row write a
     client makes. Primary keys of ``runs``, ``run_events`` and ``decide_queue``."""
     await driver.execute(_start_one_statement(), {**_NEW_RUNS.bind_one(new), "reason": reason})
 

@@ -13,8 +13,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories.claims import locked
-from legato.engine.scheduler import Policy, Timing
 from legato.flow.schedules import Schedule
+from legato.flow.ticks import Policy, Timing
 from legato.schema import Schedules
 
 

@@ -15,8 +15,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.driver import DriverStatements
 from legato.engine.repositories.params import Unnest, in_array, uuid_array
+from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Runs, RunStatus, Signals
 from legato.schema.types import JSON_VALUE
 
@@ -78,8 +78,9 @@ async def send(
 async def send_now(
     driver: DriverStatements, run_id: uuid.UUID, name: str, payload: JsonValue
 ) -> bool:
-    """``send`` committed on its own, on the asyncpg driver path (legato/engine/driver.py):
-    Client.signal, a step of the wake latency. Primary keys; built once."""
+    """``send`` committed on its own, on the asyncpg driver path
+    (legato/engine/transport/driver.py): Client.signal, a step of the wake latency.
+    Primary keys; built once."""
     rows = await driver.execute(_send_statement(), _send_params(run_id, name, payload))
     return bool(rows)
 

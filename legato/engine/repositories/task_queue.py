@@ -272,7 +272,7 @@ async def hand_off(
 ) -> list[Claimed]:
     """Lease attempts this decision transaction enqueued to the worker of its own process
     and mark them RUNNING, writing what :func:`claim` would (decider loop's local
-    hand-off, ``legato.engine.handoff``). Primary keys of ``task_queue`` and ``tasks``.
+    hand-off, ``legato.engine.transport.handoff``). Primary keys of ``task_queue`` and ``tasks``.
 
     No lock is waited on and nothing can be rechecked (EvalPlanQual): both rows were
     inserted by this same transaction, invisible to every other one until it commits,

@@ -32,7 +32,8 @@ from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.decider.model import Action, FinishRun
-from legato.engine.loops import Loop, is_database_error, one_line
+from legato.engine.loops.supervision import Loop
+from legato.engine.outages import is_database_error, one_line
 from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
 from legato.schema import RunStatus, uuid7

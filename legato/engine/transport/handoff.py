@@ -36,8 +36,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from legato.engine.repositories import notify, task_queue
 
 if TYPE_CHECKING:
-    from legato.engine.loops import Loop, Wakeups
-    from legato.engine.worker import Worker
+    from legato.engine.loops.supervision import Loop
+    from legato.engine.loops.worker import Worker
+    from legato.engine.transport.wakeups import Wakeups
 
 
 def eligible(

@@ -28,19 +28,14 @@ from legato.arguments import check_bytes, check_count
 from legato.context import TaskCancelled, TaskContext
 from legato.db import engine_schema
 from legato.engine import output_cache
-from legato.engine.admission import Admission
 from legato.engine.decider.model import TaskError
-from legato.engine.handoff import Absorbed, LocalHandoff
-from legato.engine.loops import (
-    Loop,
-    Wakeups,
-    database_failure,
-    is_database_error,
-    supervise,
-    traceback_at_debug,
-)
+from legato.engine.loops.supervision import Loop, supervise
+from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
+from legato.engine.policy.admission import Admission
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
+from legato.engine.transport.handoff import Absorbed, LocalHandoff
+from legato.engine.transport.wakeups import Wakeups
 from legato.errors import InvalidOutput, OutputTooLarge
 from legato.flow import App, TaskDefinition
 from legato.limits import (
@@ -153,7 +148,7 @@ class Worker(Loop):
         self.task_names = sorted(app.tasks)
         # None unless a served task or queue is limited: then the one-statement claim.
         self._admission = Admission.of(app, queues, self.task_names)
-        # What a local decision may hand this worker (legato.engine.handoff): what it
+        # What a local decision may hand this worker (legato.engine.transport.handoff): what it
         # claims, less what a limit admits through Admission.
         self.serves = frozenset((q, t) for q in queues for t in self.task_names)
         self.serves_unlimited = frozenset(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops import Loop
+from legato.engine.loops.supervision import Loop
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import task_queue, tasks
 from legato.schema import TaskState

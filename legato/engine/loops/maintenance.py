@@ -7,7 +7,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops import Loop
+from legato.engine.loops.supervision import Loop
 from legato.engine.repositories import concurrency, idempotency_keys, partitions, task_cache
 
 log = logging.getLogger("legato.maintenance")

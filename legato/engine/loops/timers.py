@@ -2,7 +2,7 @@
 
 A due timer becomes a fenced transition of a task row plus a decide request,
 through ``legato.engine.reports`` — the same path as a worker's report (and the
-lease sweeper's, ``legato.engine.lease_sweeper``). A timer re-checks the state it
+lease sweeper's, ``legato.engine.loops.lease_sweeper``). A timer re-checks the state it
 guards (the fence): a timeout armed for an attempt that has since finished matches
 nothing and changes nothing.
 """
@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.engine.decider.model import TaskError
-from legato.engine.loops import Loop, Wakeups
+from legato.engine.loops.supervision import Loop
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import decide_queue, run_timeouts, tasks, timers
+from legato.engine.transport.wakeups import Wakeups
 from legato.schema import TaskState, TimerKind
 
 # What each timer does when it fires: the states it may move the task from, and to.

@@ -4,7 +4,7 @@ workflow's schedules, and pause / resume / trigger.
 Exactly one run per (schedule, tick), however many decider processes run: a due
 schedule row is taken ``FOR UPDATE SKIP LOCKED`` and moved to its next tick in the
 transaction that starts the runs, and each run is started with the idempotency
-key ``schedule:<name>:<tick>`` (``legato.engine.scheduler.idempotency_key``), so
+key ``schedule:<name>:<tick>`` (``legato.flow.ticks.idempotency_key``), so
 a tick that is somehow taken twice (a redeploy that moved the next tick back)
 still starts one run. No leader, no lease.
 """
@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.loops import Loop
+from legato.engine.loops.supervision import Loop
 from legato.engine.repositories import definitions, idempotency_keys, runs, schedules
-from legato.engine.scheduler import idempotency_key, next_tick, plan
 from legato.errors import InvalidSchedule, UnknownSchedule
 from legato.flow import WorkflowDefinition
 from legato.flow.schedules import Schedule
+from legato.flow.ticks import idempotency_key, next_tick, plan
 from legato.schema import uuid7
 
 # How long a tick's start key is kept: far longer than any catch-up.

@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine import handoff, relay
 from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
     Action,
@@ -39,8 +38,9 @@ from legato.engine.decider.model import (
     TaskError,
     TaskRecord,
 )
-from legato.engine.handoff import LocalHandoff
-from legato.engine.loops import Loop, Wakeups, one_line, traceback_at_debug
+from legato.engine.loops import relay
+from legato.engine.loops.supervision import Loop
+from legato.engine.outages import one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
     decide_queue,
@@ -55,6 +55,9 @@ from legato.engine.repositories import (
     tasks,
     timers,
 )
+from legato.engine.transport import handoff
+from legato.engine.transport.handoff import LocalHandoff
+from legato.engine.transport.wakeups import Wakeups
 from legato.flow.spec import WorkflowSpec
 from legato.observability import hooks
 from legato.schema import RunStatus, TaskState

@@ -1,0 +1,1 @@
+"""The supervised loops, one service per module, and what supervises them."""

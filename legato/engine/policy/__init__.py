@@ -1,0 +1,1 @@
+"""Pure policy the loops and the in-memory simulator share: no I/O, no clock."""

@@ -1,0 +1,139 @@
+"""LISTEN/NOTIFY wake-ups: one listening connection per process, a per-channel event
+each loop waits on, and the absorbed notifications of work handed over in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
+
+log = logging.getLogger("legato")
+
+
+class Wakeups:
+    """One LISTEN connection per process; loops wait on its per-channel events.
+
+    A notification is a hint: loops also poll, so a lost one (or a dropped listen
+    connection, which is re-opened between polls) only delays work; what was absorbed
+    on a channel is forgotten when its LISTEN is (re-)established. Subscribing while
+    the database is unreachable succeeds: the channel is listened on once it is back.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._events: dict[str, list[asyncio.Event]] = defaultdict(list)
+        self._payload_handlers: dict[str, list[Callable[[str], None]]] = defaultdict(list)
+        self._conn: AsyncConnection | None = None
+        self._wanted: set[str] = set()
+        self._listening: set[str] = set()
+        self._lock = asyncio.Lock()
+        # (channel, backend pid) -> notifications to drop: this process's own commits
+        # whose work it already handed over in memory (legato.engine.transport.handoff).
+        self._absorbed: Counter[tuple[str, int]] = Counter()
+
+    def absorb(self, channel: str, pid: int) -> None:
+        """Drop the next notification on ``channel`` from backend ``pid``: the caller's
+        transaction on that backend notifies at commit, and the caller wakes whoever it
+        concerns in memory. Call before the commit; :meth:`unabsorb` if it fails."""
+        self._absorbed[(channel, pid)] += 1
+
+    def unabsorb(self, channel: str, pid: int) -> None:
+        key = (channel, pid)
+        if self._absorbed[key] > 1:
+            self._absorbed[key] -= 1
+        else:
+            self._absorbed.pop(key, None)
+
+    def _on_notify(self, _conn: Any, pid: int, channel: str, payload: str) -> None:
+        if (channel, pid) in self._absorbed:
+            self.unabsorb(channel, pid)
+            return
+        for event in self._events.get(channel, ()):
+            event.set()
+        for handler in self._payload_handlers.get(channel, ()):
+            handler(payload)
+
+    async def subscribe(
+        self, channel: str, on_payload: Callable[[str], None] | None = None
+    ) -> asyncio.Event:
+        """An event set whenever ``channel`` is notified (and an optional payload hook)."""
+        event = asyncio.Event()
+        self._events[channel].append(event)
+        if on_payload is not None:
+            self._payload_handlers[channel].append(on_payload)
+        self._wanted.add(channel)
+        await self.try_listening(log, f"cannot LISTEN on {channel} yet")
+        return event
+
+    async def try_listening(self, logger: logging.Logger, failure: str) -> None:
+        """:meth:`ensure_listening` for a caller that polls anyway: a database error is
+        logged as a warning starting with ``failure``, not raised."""
+        try:
+            await self.ensure_listening()
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            logger.warning(
+                "%s (%s); polling",
+                failure,
+                database_failure(error),
+                exc_info=traceback_at_debug(logger, error),
+            )
+
+    async def unsubscribe(self, channel: str, event: asyncio.Event) -> None:
+        with contextlib.suppress(ValueError):
+            self._events[channel].remove(event)
+
+    async def _driver(self) -> Any:
+        if self._conn is None:
+            self._conn = await self._engine.connect()
+            await self._conn.commit()
+        raw = await self._conn.get_raw_connection()
+        return raw.driver_connection
+
+    async def close(self) -> None:
+        # Dropped, not returned to the pool: still LISTENing, the connection would hand
+        # this process's notifications to its next user.
+        await self._drop()
+        self._wanted.clear()
+
+    async def ensure_listening(self) -> None:
+        """LISTEN on every subscribed channel, re-opening the listen connection if it
+        died (a database restart, a killed backend); called by the loops between polls,
+        so notifications resume instead of leaving the loops on polling alone."""
+        async with self._lock:
+            if self._conn is not None and (await self._driver()).is_closed():
+                log.warning("the LISTEN connection was lost; reconnecting")
+                await self._drop()
+            missing = sorted(self._wanted - self._listening)
+            if not missing:
+                return
+            try:
+                driver = await self._driver()
+                for channel in missing:
+                    await driver.add_listener(channel, self._on_notify)
+                    self._listening.add(channel)
+            except BaseException:
+                await self._drop()  # half set up: start afresh next time
+                raise
+            # An absorb registered before these LISTENs took hold waits for a notification
+            # sent while nothing listened, which never comes: kept, it would drop the next
+            # real one from its backend (a pooled connection's: any later commit on it).
+            # Forgetting one whose commit is still to come costs a loop an empty tick.
+            for key in [key for key in self._absorbed if key[0] in missing]:
+                del self._absorbed[key]
+
+    async def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.invalidate()
+                await self._conn.close()
+        self._conn = None
+        self._listening.clear()
