@@ -8,7 +8,7 @@ import pytest
 
 from legato import Cache, Concurrency, RateLimit, TaskDefinitionError, task
 from legato.context import TaskContext
-from legato.engine.policy.admission import Needs, admit, refill
+from legato.engine.admission import Needs, admit, refill
 
 SECOND = timedelta(seconds=1)
 

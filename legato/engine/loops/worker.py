@@ -28,10 +28,10 @@ from legato.arguments import check_bytes, check_count
 from legato.context import TaskCancelled, TaskContext
 from legato.db import engine_schema
 from legato.engine import output_cache
+from legato.engine.admission import Admission
 from legato.engine.decider.model import TaskError
 from legato.engine.loops.supervision import Loop, supervise
 from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
-from legato.engine.policy.admission import Admission
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
 from legato.engine.transport.handoff import Absorbed, LocalHandoff

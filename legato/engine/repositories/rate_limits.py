@@ -3,7 +3,7 @@
 The limited claim locks the buckets it needs (``FOR UPDATE SKIP LOCKED``: a bucket
 another claim is spending is skipped this round, never waited on), refills them from
 the elapsed time, takes one token per attempt it leases and writes them back, all in
-its own transaction (see ``legato.engine.policy.admission``).
+its own transaction (see ``legato.engine.admission``).
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Pure policy the loops and the in-memory simulator share: no I/O, no clock."""
