@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato.engine.decider.backoff import exponential
 from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
     Action,
@@ -381,7 +382,7 @@ async def complete_parents(
 def decision_retry_delay(failures: int, base: timedelta, cap: timedelta) -> timedelta:
     """How long a run waits after its ``failures``-th failed decision in a row: ``base``
     doubled per failure, at most ``cap``."""
-    return min(base * (1 << min(max(failures - 1, 0), 30)), cap)
+    return exponential(base, failures, cap)
 
 
 class DeciderLoop(Loop):

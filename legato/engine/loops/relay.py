@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from legato.engine.decider.backoff import exponential
 from legato.engine.decider.model import Action, FinishRun
 from legato.engine.loops.supervision import Loop
 from legato.engine.outages import is_database_error, one_line
@@ -97,7 +98,7 @@ def retry_delay(
     """How long a delivery waits after its ``attempts``-th failure: ``base`` doubled per
     attempt, at most ``cap``, then "equal jitter" — a uniform draw from its upper half —
     so endpoints that failed together (an outage) are not retried in lockstep."""
-    ceiling = min(base * (1 << min(max(attempts - 1, 0), 30)), cap)
+    ceiling = exponential(base, attempts, cap)
     return ceiling / 2 + ceiling / 2 * (rng or random).random()
 
 

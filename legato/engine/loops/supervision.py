@@ -21,11 +21,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from legato.arguments import check_count, check_seconds
+from legato.engine.decider.backoff import exponential
 from legato.engine.outages import database_failure, is_database_error, one_line, traceback_at_debug
 from legato.engine.transport.wakeups import Wakeups
 from legato.errors import LoopFailed
 
 log = logging.getLogger("legato")
+
+# A tick failing on the database waits 0.1 s, doubling per failure in a row, up to 5 s.
+_FIRST_TICK_RETRY = 0.1
+_MAX_TICK_RETRY = 5.0
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class RestartPolicy:
 
     def delay(self, crashes: int) -> float:
         """Seconds before restarting after the ``crashes``-th crash in a row."""
-        return min(self.first_delay * (1 << min(max(crashes - 1, 0), 30)), self.max_delay)
+        return exponential(self.first_delay, crashes, self.max_delay)
 
 
 async def supervise(
@@ -104,7 +109,6 @@ class Loop:
         self._wake: asyncio.Event | None = None
         self._nudged = asyncio.Event()  # the wake-up of a loop that does not LISTEN
         self._stopping = asyncio.Event()
-        self._error_backoff = 0.0
 
     async def tick(self) -> bool:
         """Do one batch of work; return True when more work is likely waiting."""
@@ -150,20 +154,19 @@ class Loop:
                 if not is_database_error(error):
                     raise  # a bug: a crash, for the supervisor
                 failed_ticks += 1
-                self._error_backoff = min(max(self._error_backoff * 2, 0.1), 5.0)
+                backoff = exponential(_FIRST_TICK_RETRY, failed_ticks, _MAX_TICK_RETRY)
                 log.warning(
                     "%s: tick failed (%s); retrying in %.1fs",
                     self.name,
                     database_failure(error),
-                    self._error_backoff,
+                    backoff,
                     exc_info=traceback_at_debug(log, error),
                 )
-                await self._sleep(self._error_backoff)
+                await self._sleep(backoff)
                 continue
             if failed_ticks:
                 log.info("%s: working again after %d failed ticks", self.name, failed_ticks)
                 failed_ticks = 0
-            self._error_backoff = 0.0
             if not busy:
                 await self._sleep(self.poll_interval)
                 await self._keep_listening()
