@@ -14,12 +14,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import assert_never
 
 from pydantic import JsonValue
 
 from legato.engine.decider import decide
 from legato.engine.decider.model import (
     Action,
+    AppendEvent,
     ArmTimer,
     BufferedSignal,
     CancelChildRun,
@@ -136,6 +138,8 @@ class Sim:
                 self.children.append(action)
             elif isinstance(action, CancelChildRun):
                 self.cancelled_children.append(action.run_id)
+            elif not isinstance(action, AppendEvent):  # history is ``self.log``
+                assert_never(action)
         self.snap = replace(
             self.snap, tasks=tuple(tasks.values()), signals=tuple(signals), status=status
         )

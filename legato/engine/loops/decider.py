@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import assert_never
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -88,13 +89,13 @@ def timer_row(run_id: uuid.UUID, action: ArmTimer) -> timers.DueTimer:
     """The ``timers`` row an ``ArmTimer`` stores: due at its fire time (``timers.arm``
     caps the stored fire time at the partitions' horizon)."""
     return timers.DueTimer(
-        action.fire_at,
-        action.timer_id,
-        run_id,
-        action.task_id,
-        action.attempt,
-        action.kind,
-        action.fire_at,
+        fire_at=action.fire_at,
+        id=action.timer_id,
+        run_id=run_id,
+        task_id=action.task_id,
+        attempt=action.attempt,
+        kind=action.kind,
+        due_at=action.fire_at,
     )
 
 
@@ -139,42 +140,45 @@ class Batch:
                 case CreateTask():
                     self.creates.append(
                         tasks.NewTask(
-                            run.id,
-                            action.task_id,
-                            action.node_id,
-                            action.iteration,
-                            action.attempt,
-                            action.kind,
-                            action.state,
-                            action.task_name,
-                            action.queue,
-                            action.input,
-                            action.output,
-                            action.error,
-                            action.event_name,
-                            self.now,
-                            action.available_at,
-                            self.now if action.state in _FINISHED_STATES else None,
-                            False,  # settled by write(), once the batch's observations are in
+                            run_id=run.id,
+                            id=action.task_id,
+                            node_id=action.node_id,
+                            iteration=action.iteration,
+                            attempt=action.attempt,
+                            kind=action.kind,
+                            state=action.state,
+                            task_name=action.task_name,
+                            queue=action.queue,
+                            input=action.input,
+                            output=action.output,
+                            error=action.error,
+                            event_name=action.event_name,
+                            created_at=self.now,
+                            available_at=action.available_at,
+                            finished_at=self.now if action.state in _FINISHED_STATES else None,
+                            # settled by write(), once the batch's observations are in
+                            observed=False,
                         )
                     )
                 case EnqueueTask():
                     self.enqueues.append(
                         task_queue.NewQueueRow(
-                            action.queue,
-                            action.task_id,
-                            run.id,
-                            action.attempt,
-                            action.task_name,
-                            action.priority,
-                            action.available_at,
+                            queue=action.queue,
+                            task_id=action.task_id,
+                            run_id=run.id,
+                            attempt=action.attempt,
+                            task_name=action.task_name,
+                            priority=action.priority,
+                            available_at=action.available_at,
                         )
                     )
                 case ArmTimer():
                     self.timers.append(timer_row(run.id, action))
                 case ConsumeSignal():
                     self.consumed.append(
-                        signals.Consumption(run.id, action.signal_id, action.task_id)
+                        signals.Consumption(
+                            run_id=run.id, id=action.signal_id, consumed_by=action.task_id
+                        )
                     )
                 case ResolveTask():
                     self.resolves.append(
@@ -197,17 +201,19 @@ class Batch:
                     seq += 1
                     self.events.append(
                         run_events.NewEvent(
-                            run.id,
-                            seq,
-                            action.type,
-                            action.node_id,
-                            action.iteration,
-                            action.attempt,
-                            action.data,
+                            run_id=run.id,
+                            seq=seq,
+                            type=action.type,
+                            node_id=action.node_id,
+                            iteration=action.iteration,
+                            attempt=action.attempt,
+                            data=action.data,
                         )
                     )
                 case FinishRun():
                     self.finishes.append((run, action))
+                case _:
+                    assert_never(action)
 
     async def write(self, conn: AsyncConnection) -> None:
         """Apply every gathered write: the batch's rows in one statement
@@ -260,7 +266,8 @@ class Batch:
                 events=self.events,
                 lifecycle=self.lifecycle,
                 finishes=[
-                    runs.Finish(run.id, f.status, f.output, f.error) for run, f in self.finishes
+                    runs.Finish(run_id=run.id, status=f.status, output=f.output, error=f.error)
+                    for run, f in self.finishes
                 ],
             ),
             self.now,
@@ -344,7 +351,15 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
         )
     await runs.start_runs(
         conn,
-        [runs.NewRun(action.task_id, action.workflow_name, version, action.input, parent_id)],
+        [
+            runs.NewRun(
+                run_id=action.task_id,
+                workflow_name=action.workflow_name,
+                workflow_version=version,
+                input=action.input,
+                parent_run_id=parent_id,
+            )
+        ],
         "child started",
         children=True,
     )
