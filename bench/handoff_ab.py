@@ -26,12 +26,15 @@ from bench.harness import Server, probe_engine
 from bench.scenarios import _finished, _wait_until, wake_samples
 from legato import Client, Runtime
 from legato.db import create_engine
+from legato.engine.transport.handoff import LocalReports
 
 
-def _link(runtime: Runtime, on: bool) -> None:
+def _link(runtime: Runtime, on: bool, reports: LocalReports | None) -> None:
+    """Switch the hand-off built into ``runtime`` (whose worker's ``reports`` were
+    ``reports``) on or off, between rounds."""
     assert runtime.worker is not None
     handoff = runtime.handoff if on else None
-    runtime.worker.handoff = handoff
+    runtime.worker.reports = reports if on else None
     for decider in runtime.decider_loops:
         decider.handoff = handoff
 
@@ -62,11 +65,12 @@ async def main(rounds: int, per_round: int) -> None:
         async with Client(create_engine(target.url, target.schema), app=app) as client:
             await client.deploy()
             async with runtime:
-                assert runtime.handoff is not None
+                assert runtime.handoff is not None and runtime.worker is not None
+                reports = runtime.worker.reports
                 await wake_samples(client, probe, 3, warm=True)
                 for _ in range(rounds):
                     for mode in ("off", "on"):
-                        _link(runtime, mode == "on")
+                        _link(runtime, mode == "on", reports)
                         first, after = await wake_samples(client, probe, per_round)
                         samples[mode][0].extend(first)
                         samples[mode][1].extend(after)
@@ -74,7 +78,7 @@ async def main(rounds: int, per_round: int) -> None:
                 for _ in range(rounds):
                     for alone in ("off", "on"):
                         mode = f"{alone}, one at a time"  # statements not counted as wake's
-                        _link(runtime, alone == "on")
+                        _link(runtime, alone == "on", reports)
                         window.open()
                         for n in range(per_round):
                             started = [(await client.start(one, n)).run_id]

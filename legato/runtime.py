@@ -47,7 +47,7 @@ from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.loops.timers import TimerLoop
 from legato.engine.loops.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.engine.outages import one_line
-from legato.engine.transport.handoff import LocalHandoff
+from legato.engine.transport.handoff import LocalHandoff, ReportsToDecider
 from legato.engine.transport.wakeups import Wakeups
 from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
@@ -144,26 +144,6 @@ class Runtime:
         listening = self.wakeups if self._listen_engine is not None else None
         self.loops: list[Loop] = []
         self.worker: Worker | None = None
-        self.decider_loops: list[DeciderLoop] = []
-        if roles.decider:
-            # Only the first loop LISTENs; each wakes the next when it finds more than one
-            # run waiting (DeciderLoop.helper).
-            self.decider_loops = [
-                DeciderLoop(
-                    engine,
-                    wakeups=listening if i == 0 else None,
-                    batch_size=decide_batch_size,
-                    poll_interval=poll_interval,
-                    retry_delay=decision_retry_delay,
-                    max_failures=max_decision_failures,
-                )
-                for i in range(deciders)
-            ]
-            for loop, helper in zip(self.decider_loops, self.decider_loops[1:], strict=False):
-                loop.helper = helper
-            self.loops += self.decider_loops
-            self.loops.append(MaintenanceLoop(engine))
-            self.loops.append(ScheduleLoop(engine, poll_interval=poll_interval))
         if roles.worker:
             served = queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
             self.worker = Worker(
@@ -176,16 +156,35 @@ class Runtime:
                 poll_interval=poll_interval,
                 grace_period=grace_period,
                 max_output_bytes=max_output_bytes,
+                # Both roles in one process: its reports wake the first decider in memory.
+                reports=ReportsToDecider(listening, self._decide_now) if roles.decider else None,
             )
-            self.loops.append(self.worker)
         self.handoff: LocalHandoff | None = None
-        if self.worker is not None and self.decider_loops:
-            # Both roles in one process: decisions lease new attempts to this worker in
-            # their own transaction, and its reports wake the deciders, in memory.
-            self.handoff = LocalHandoff(self.worker, self.decider_loops, listening)
-            self.worker.handoff = self.handoff
-            for decider in self.decider_loops:
-                decider.handoff = self.handoff
+        if self.worker is not None and roles.decider:
+            # Decisions lease new attempts to this process's worker in their own transaction.
+            self.handoff = LocalHandoff(self.worker, listening, self.schema)
+        self.decider_loops: list[DeciderLoop] = []
+        if roles.decider:
+            # Only the first loop LISTENs; each wakes the next when it finds more than one
+            # run waiting (DeciderLoop.helper): built last to first, each given the next.
+            helper: DeciderLoop | None = None
+            for i in reversed(range(deciders)):
+                helper = DeciderLoop(
+                    engine,
+                    wakeups=listening if i == 0 else None,
+                    batch_size=decide_batch_size,
+                    poll_interval=poll_interval,
+                    retry_delay=decision_retry_delay,
+                    max_failures=max_decision_failures,
+                    helper=helper,
+                    handoff=self.handoff,
+                )
+                self.decider_loops.insert(0, helper)
+            self.loops += self.decider_loops
+            self.loops.append(MaintenanceLoop(engine))
+            self.loops.append(ScheduleLoop(engine, poll_interval=poll_interval))
+        if self.worker is not None:
+            self.loops.append(self.worker)
         if roles.timer:
             self.loops.append(TimerLoop(engine, wakeups=listening))
             self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
@@ -200,6 +199,10 @@ class Runtime:
             each.restarts = restarts or RestartPolicy()
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: LoopFailed | None = None
+
+    def _decide_now(self) -> None:
+        """Wake the first decider loop: a local worker's report committed."""
+        self.decider_loops[0].nudge()
 
     async def deploy(self) -> dict[str, int]:
         """Store the app's workflows and mark them deployed (new runs by name use them)."""

@@ -193,3 +193,28 @@ def test_the_lazy_root_resolves_every_public_name() -> None:
     assert missing == []
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         legato.Nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def _every_node(nodes: Iterable[ast.stmt]) -> Iterable[ast.AST]:
+    """Every node of ``nodes``, ``if TYPE_CHECKING:`` blocks included (what mypy reads)."""
+    for node in nodes:
+        yield from ast.walk(node)
+
+
+def test_the_hand_off_does_not_import_the_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The hand-off and the worker know each other only through the protocols of
+    # legato.engine.transport.handoff: no import circle, not even for the type checker.
+    monkeypatch.setitem(globals(), "_runtime_nodes", _every_node)
+    scratch = tmp_path / "pkg"
+    scratch.mkdir()
+    (scratch / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.typed\n"
+    )
+    (scratch / "typed.py").write_text("")
+    assert "pkg.typed" in module_imports(scratch)["pkg"]  # the scan reads TYPE_CHECKING
+    typed = module_imports(PACKAGE_ROOT)
+    # The lazy root names every public module for the type checker: not a dependency.
+    typed["legato"] = set()
+    assert "legato.engine.loops.worker" not in closure(typed, "legato.engine.transport.handoff")

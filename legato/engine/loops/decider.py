@@ -415,6 +415,8 @@ class DeciderLoop(Loop):
         retry_delay: timedelta = timedelta(seconds=2),
         max_retry_delay: timedelta = timedelta(minutes=5),
         max_failures: int = 10,
+        helper: DeciderLoop | None = None,
+        handoff: LocalHandoff | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         super().__init__(
@@ -431,8 +433,8 @@ class DeciderLoop(Loop):
         # A sibling loop in this process, woken when this one finds more than one run
         # waiting: under load two batches overlap, while a lone run (a signal) wakes
         # one loop only and nothing competes with its decision.
-        self.helper: DeciderLoop | None = None
-        self.handoff: LocalHandoff | None = None  # set by a Runtime that also runs a worker
+        self.helper = helper
+        self.handoff = handoff  # a Runtime that also runs a worker leases attempts to it
 
     async def tick(self) -> bool:
         began = time.time_ns()

@@ -34,7 +34,7 @@ from legato.engine.loops.supervision import Loop, supervise
 from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
-from legato.engine.transport.handoff import Absorbed, LocalHandoff
+from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups
 from legato.errors import InvalidOutput, OutputTooLarge
 from legato.flow import App, TaskDefinition
@@ -135,6 +135,7 @@ class Worker(Loop):
         grace_period: float = 30.0,
         worker_id: str | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        reports: LocalReports | None = None,
     ) -> None:
         schema = engine_schema(engine, "Worker")
         super().__init__(
@@ -158,7 +159,9 @@ class Worker(Loop):
             and app.tasks[t].concurrency is None
             and app.tasks[t].rate_limit is None
         )
-        self.handoff: LocalHandoff | None = None  # set by a Runtime that also decides
+        # A Runtime that also decides wakes its decider in memory when a report commits.
+        self.reports = reports
+        self._decide_channel = notify.decide_channel(schema)
         self.concurrency = concurrency
         self.lease = lease
         self.flush_interval = flush_interval
@@ -425,11 +428,11 @@ class Worker(Loop):
         try:
             async with self.engine.begin() as conn:
                 await apply_reports(conn, batch, "task finished")
-                if self.handoff is not None:  # _finished nudges the local decider instead
-                    absorbed = await self.handoff.absorb(conn, self.handoff.decide_channel)
+                if self.reports is not None:  # _finished nudges the local decider instead
+                    absorbed = await self.reports.absorb(conn, self._decide_channel)
         except Exception as error:
-            if self.handoff is not None:
-                self.handoff.unabsorb(absorbed)
+            if self.reports is not None:
+                self.reports.unabsorb(absorbed)
             self._reports = batch + self._reports
             if not is_database_error(error):
                 self._flush_wanted.set()  # for the restarted flusher
@@ -454,8 +457,8 @@ class Worker(Loop):
         for task_id in task_ids:
             self._inflight.pop(task_id, None)
         self.completed += len(task_ids)
-        if self.handoff is not None:
-            self.handoff.reported()  # decide at once, not when the NOTIFY arrives
+        if self.reports is not None:
+            self.reports.reported()  # decide at once, not when the NOTIFY arrives
         self._wake_if_behind()
 
     def _forget(self, task_id: uuid.UUID) -> None:

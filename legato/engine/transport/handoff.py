@@ -8,7 +8,7 @@ have written) and, once that transaction has committed, the worker runs the ``Cl
 items it is handed in memory. Likewise a worker's committed report nudges the local
 decider at once instead of waiting for the decide queue's NOTIFY. This process drops
 its own copy of the NOTIFY such a commit still sends for the other processes
-(:meth:`LocalHandoff.absorb`), so its loops do not wake twice.
+(:func:`absorb`), so its loops do not wake twice.
 
 Only attempts the worker would claim itself are handed off: of its queues and task
 names, available now, with no concurrency, rate or queue limit (those keep the claim
@@ -26,19 +26,46 @@ returns the attempt as it does for any dead worker's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import notify, task_queue
 
 if TYPE_CHECKING:
-    from legato.engine.loops.supervision import Loop
-    from legato.engine.loops.worker import Worker
     from legato.engine.transport.wakeups import Wakeups
+
+# What :func:`absorb` registered: (channel, backend pid), or nothing.
+Absorbed = tuple[str, int] | None
+
+
+class LocalSlots(Protocol):
+    """What the hand-off needs of the local worker (``legato.engine.loops.worker``)."""
+
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def lease(self) -> timedelta: ...
+    @property
+    def serves(self) -> frozenset[tuple[str, str]]: ...
+    @property
+    def serves_unlimited(self) -> frozenset[tuple[str, str]]: ...
+    def reserve(self, wanted: int) -> int: ...
+    def unreserve(self, n: int) -> None: ...
+    def accept(self, claimed: list[task_queue.Claimed]) -> None: ...
+    def nudge(self) -> None: ...
+
+
+class LocalReports(Protocol):
+    """What the local worker needs of the hand-off: its committed reports wake the local
+    decider in memory, and it drops its own copy of their decide NOTIFY."""
+
+    async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed: ...
+    def unabsorb(self, absorbed: Absorbed) -> None: ...
+    def reported(self) -> None: ...
 
 
 def eligible(
@@ -52,42 +79,52 @@ def eligible(
     return chosen
 
 
-class LocalHandoff:
-    """The link between one process's decider loops and its worker."""
+async def absorb(wakeups: Wakeups | None, conn: AsyncConnection, channel: str) -> Absorbed:
+    """Drop the notification on ``channel`` that the transaction on ``conn`` sends at
+    commit (its decide or task queue trigger's), because the caller wakes the loop it
+    concerns in memory: without this the loop would wake twice and its second tick
+    would find nothing. Give it back with :func:`unabsorb` if the commit fails."""
+    if wakeups is None:
+        return None
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None  # the connection is checked out: it has its driver's
+    pid = int(driver.get_server_pid())  # asyncpg's, no round trip
+    wakeups.absorb(channel, pid)
+    return channel, pid
 
-    def __init__(self, worker: Worker, deciders: Sequence[Loop], wakeups: Wakeups | None) -> None:
-        self.worker = worker
-        self.deciders = list(deciders)
+
+def unabsorb(wakeups: Wakeups | None, absorbed: Absorbed) -> None:
+    if absorbed is not None and wakeups is not None:
+        wakeups.unabsorb(*absorbed)
+
+
+class ReportsToDecider:
+    """The worker's end of the hand-off (a :class:`LocalReports`): ``decide_now`` wakes the
+    process's first decider loop."""
+
+    def __init__(self, wakeups: Wakeups | None, decide_now: Callable[[], None]) -> None:
         self.wakeups = wakeups
-        self.tasks_channel = notify.tasks_channel(worker.schema_name)
-        self.decide_channel = notify.decide_channel(worker.schema_name)
-        self.handed = 0  # attempts leased in a decision and run without a claim
+        self.decide_now = decide_now
 
     def reported(self) -> None:
         """A worker's report committed: the runs it touched are waiting to be decided."""
-        if self.deciders:
-            self.deciders[0].nudge()
+        self.decide_now()
 
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed:
-        """Drop the notification on ``channel`` that the transaction on ``conn`` sends at
-        commit (its decide or task queue trigger's), because the caller wakes the loop it
-        concerns in memory: without this the loop would wake twice and its second tick
-        would find nothing. Give it back with :meth:`unabsorb` if the commit fails."""
-        if self.wakeups is None:
-            return None
-        driver = (await conn.get_raw_connection()).driver_connection
-        assert driver is not None  # the connection is checked out: it has its driver's
-        pid = int(driver.get_server_pid())  # asyncpg's, no round trip
-        self.wakeups.absorb(channel, pid)
-        return channel, pid
+        return await absorb(self.wakeups, conn, channel)
 
     def unabsorb(self, absorbed: Absorbed) -> None:
-        if absorbed is not None and self.wakeups is not None:
-            self.wakeups.unabsorb(*absorbed)
+        unabsorb(self.wakeups, absorbed)
 
 
-# What :meth:`LocalHandoff.absorb` registered: (channel, backend pid), or nothing.
-Absorbed = tuple[str, int] | None
+class LocalHandoff:
+    """The deciders' end of the hand-off: decisions lease new attempts to ``worker``."""
+
+    def __init__(self, worker: LocalSlots, wakeups: Wakeups | None, schema: str) -> None:
+        self.worker = worker
+        self.wakeups = wakeups
+        self.tasks_channel = notify.tasks_channel(schema)
+        self.handed = 0  # attempts leased in a decision and run without a claim
 
 
 @contextlib.asynccontextmanager
@@ -105,7 +142,7 @@ async def decision(handoff: LocalHandoff | None) -> AsyncIterator[Decision]:
         yield current
     except BaseException:
         worker.unreserve(current.reserved)
-        handoff.unabsorb(current.absorbed)
+        unabsorb(handoff.wakeups, current.absorbed)
         raise
     worker.accept(current.leased)
     worker.unreserve(current.reserved)
@@ -144,4 +181,4 @@ class Decision:
         if self.absorbed is None:
             # The enqueue NOTIFYs once per transaction (PostgreSQL folds repeats); the
             # local worker has what it can run, or is nudged for what stays queued.
-            self.absorbed = await self.handoff.absorb(conn, self.handoff.tasks_channel)
+            self.absorbed = await absorb(self.handoff.wakeups, conn, self.handoff.tasks_channel)
