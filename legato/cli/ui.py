@@ -65,8 +65,7 @@ async def _ui(args: argparse.Namespace) -> int:
         from legato.ui import create_app
     except ImportError as error:
         raise ConfigurationError(
-            f"legato ui needs the ui extra ({error.name} is missing): "
-            "pip install 'legato[ui]'"
+            f"legato ui needs the ui extra ({error.name} is missing): pip install 'legato[ui]'"
         ) from None
     token = args.token or os.environ.get("LEGATO_UI_TOKEN") or None
     check_exposure(args.host, token)

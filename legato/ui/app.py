@@ -449,9 +449,7 @@ def _prefix(request: Request) -> str:
     return str(request.scope.get("root_path") or "").rstrip("/")
 
 
-def create_app(
-    client: Client, *, read_only: bool = True, token: str | None = None
-) -> Starlette:
+def create_app(client: Client, *, read_only: bool = True, token: str | None = None) -> Starlette:
     """The dashboard over ``client``'s database, as an ASGI app.
 
     ``read_only`` (the default) refuses cancel, signal and resume. With ``token``,

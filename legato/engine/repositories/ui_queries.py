@@ -211,8 +211,5 @@ async def decide_queue_depth(conn: AsyncConnection) -> tuple[int, datetime | Non
     """Runs waiting for a decision and the oldest wake-up among them (the dashboard's
     queues page). ``decide_queue`` holds one row per run with pending news;
     ``ix_decide_queue_available_at`` gives the oldest."""
-    row = (
-        await conn.execute(select(func.count(), func.min(DecideQueue.available_at)))
-    ).one()
+    row = (await conn.execute(select(func.count(), func.min(DecideQueue.available_at)))).one()
     return int(row[0]), row[1]
-
