@@ -3,6 +3,7 @@ value and what to pass instead, before anything is written."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime, timedelta
 from typing import TypeGuard
@@ -32,10 +33,10 @@ def as_run_id(value: object) -> uuid.UUID:
 def check_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
-    # `not timeout >= 0` also refuses NaN.
-    if not _is_number(timeout) or not timeout >= 0:
+    # `not 0 <= timeout` also refuses NaN.
+    if not _is_number(timeout) or not 0 <= timeout < math.inf:
         raise InvalidArgument(
-            f"timeout {timeout!r} must be a number of seconds >= 0, or None to wait forever"
+            f"timeout {timeout!r} must be a finite number of seconds >= 0, or None to wait forever"
         )
     return float(timeout)
 
@@ -119,9 +120,13 @@ def run_status(value: object) -> RunStatus:
     raise InvalidArgument(f"status={value!r} is not a run status ({known})")
 
 
+# ``run_events.seq`` is a bigint.
+MAX_SEQ = 2**63 - 1
+
+
 def check_after_seq(after_seq: object) -> int:
-    if not _is_int(after_seq) or after_seq < 0:
-        raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0")
+    if not _is_int(after_seq) or not 0 <= after_seq <= MAX_SEQ:
+        raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0, at most {MAX_SEQ}")
     return after_seq
 
 

@@ -296,6 +296,7 @@ class Client:
         start_at: datetime | None,
         connection: AsyncConnection | None,
     ) -> RunHandle[Any]:
+        _check_connection(connection)
         name, definition = self._target(workflow)
         payload = self._validated_input(definition, name, input)
         if idempotency_key is not None:
@@ -391,6 +392,7 @@ class Client:
             raise InvalidArgument(
                 f"start_many() takes a sequence of inputs, not {type(inputs).__name__}"
             )
+        _check_connection(connection)
         payloads: list[JsonValue] = []
         for i, item in enumerate(inputs):
             try:
@@ -497,6 +499,9 @@ class Client:
         satisfy a later wait for the same event.
         """
         check_name("event name", name, InvalidArgument)
+        # Checked before any run is found waiting: a payload no run could take is refused
+        # even while none waits (each waiting run's model checks it again below).
+        self._sized(_plain(payload), f"payload of event {name!r}")
         async with self.engine.begin() as conn:
             waiting = await tasks.open_waits(conn, name)
             # Each workflow checks the payload against its own event model, once.
@@ -735,6 +740,14 @@ class Client:
         return RunPage(
             runs=[run_from_row(row) for row in page],
             next_before=page[-1].id if more and page else None,
+        )
+
+
+def _check_connection(connection: object) -> None:
+    if connection is not None and not isinstance(connection, AsyncConnection):
+        raise InvalidArgument(
+            f"connection={connection!r} must be an AsyncConnection in the caller's "
+            "transaction (async with engine.begin() as conn), or None"
         )
 
 

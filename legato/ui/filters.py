@@ -76,8 +76,7 @@ def parse_filter(params: Mapping[str, str]) -> RunFilter:
     unknown = sorted(set(params) - KNOWN)
     if unknown:
         raise InvalidArgument(
-            f"unknown parameter {unknown[0]!r}: the runs list takes "
-            f"{', '.join(sorted(KNOWN))}"
+            f"unknown parameter {unknown[0]!r}: the runs list takes {', '.join(sorted(KNOWN))}"
         )
     given = {k: v.strip() for k, v in params.items() if v.strip()}
     workflow = given.get("workflow")

@@ -21,7 +21,10 @@ from legato import (
     DatabaseUnavailable,
     Flow,
     IncompatibleDatabase,
+    InvalidArgument,
+    InvalidInput,
     InvalidRunId,
+    LegatoError,
     Node,
     TaskContext,
     migrations,
@@ -31,7 +34,7 @@ from legato import (
 from legato.db import create_engine
 from legato.engine.loops.timers import TimerLoop
 from legato.engine.outages import database_failure
-from legato.schema import RunEvents, Runs, Tasks
+from legato.schema import RunEvents, Runs, Signals, Tasks, WorkflowDefinitions
 from tests.helpers import run_legato
 from tests.integration.test_cli_db import assert_one_line_error
 
@@ -247,3 +250,133 @@ async def test_a_refused_connection_reads_the_same_in_errors_and_log_lines() -> 
             await Client.connect("postgresql://postgres@127.0.0.1:1/nowhere")
     finally:
         await engine.dispose()
+
+
+@workflow("sweep.wait")
+def waits(flow: Flow[int]) -> Node[int]:
+    return flow.wait_for_event("sweep.go", int)
+
+
+waiting_app = App([doubled, waits])
+
+
+async def _everything(engine: AsyncEngine) -> dict[str, int]:
+    """Rows of every table a start, signal or deploy writes."""
+    async with engine.connect() as conn:
+        return {
+            table.table.name: int(
+                (await conn.execute(select(func.count()).select_from(table.table))).scalar_one()
+            )
+            for table in (Runs, Tasks, RunEvents, Signals, WorkflowDefinitions)
+        }
+
+
+ClientCall = Callable[[Client, uuid.UUID], Awaitable[object]]
+JUNK_CLIENT_CALLS: dict[str, tuple[type[LegatoError], str, ClientCall]] = {
+    "start connection junk": (
+        InvalidArgument,
+        "connection=5 must be an AsyncConnection",
+        lambda c, _: c.start(doubled, 1, connection=5),  # type: ignore[call-overload]
+    ),
+    "start_many connection junk": (
+        InvalidArgument,
+        "connection='conn' must be an AsyncConnection",
+        lambda c, _: c.start_many(doubled, [1], connection="conn"),  # type: ignore[arg-type]
+    ),
+    "start non-workflow": (
+        InvalidArgument,
+        "start() takes a Workflow object or a workflow name, not 5",
+        lambda c, _: c.start(5, 1),  # type: ignore[call-overload]
+    ),
+    "start_many not a list": (
+        InvalidArgument,
+        "start_many() takes a sequence of inputs, not int",
+        lambda c, _: c.start_many(doubled, 5),  # type: ignore[arg-type]
+    ),
+    "signal empty name": (
+        InvalidArgument,
+        "signal name '' must not be empty",
+        lambda c, run: c.signal(run, "", 1),
+    ),
+    "signal oversized name": (
+        InvalidArgument,
+        "over the 200-character limit",
+        lambda c, run: c.signal(run, "x" * 201, 1),
+    ),
+    "signal non-JSON payload": (
+        InvalidInput,
+        "invalid payload for event 'sweep.go'",
+        lambda c, run: c.signal(run, "sweep.go", object()),
+    ),
+    "emit non-JSON while none waits": (
+        InvalidInput,
+        "payload of event 'sweep.nobody' is not storable JSON: $ is a object",
+        lambda c, _: c.emit("sweep.nobody", object()),
+    ),
+    "emit NaN": (
+        InvalidInput,
+        "payload of event 'sweep.nobody' is not storable JSON: $ is nan",
+        lambda c, _: c.emit("sweep.nobody", float("nan")),
+    ),
+    "cancel not an id": (InvalidRunId, "run id 5 is not a UUID", lambda c, _: c.cancel(5)),  # type: ignore[arg-type]
+    "result timeout inf": (
+        InvalidArgument,
+        "timeout inf must be a finite number of seconds >= 0",
+        lambda c, run: c.result(run, timeout=float("inf")),
+    ),
+    "result timeout nan": (
+        InvalidArgument,
+        "timeout nan must be a finite number",
+        lambda c, run: c.result(run, timeout=float("nan")),
+    ),
+    "result timeout negative": (
+        InvalidArgument,
+        "timeout -1 must be a finite number",
+        lambda c, run: c.result(run, timeout=-1),
+    ),
+    "history after_seq past bigint": (
+        InvalidArgument,
+        "after_seq=9223372036854775808 must be an int >= 0, at most 9223372036854775807",
+        lambda c, run: c.history(run, 2**63),
+    ),
+    "list_runs status junk": (
+        InvalidArgument,
+        "status='junk' is not a run status",
+        lambda c, _: c.list_runs(status="junk"),  # type: ignore[arg-type]
+    ),
+    "list_runs before junk": (
+        InvalidRunId,
+        "run id 'x' is not a UUID",
+        lambda c, _: c.list_runs(before="x"),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("error", "message", "call"), JUNK_CLIENT_CALLS.values(), ids=list(JUNK_CLIENT_CALLS)
+)
+async def test_junk_to_the_client_is_a_typed_error_and_writes_nothing(
+    engine: AsyncEngine, error: type[LegatoError], message: str, call: ClientCall
+) -> None:
+    async with Client(engine, app=waiting_app) as client:
+        run = (await client.start(waits, 1)).run_id
+        before = await _everything(engine)
+        with pytest.raises(error) as raised:
+            await call(client, run)
+        assert message in str(raised.value), str(raised.value)
+        assert await _everything(engine) == before
+
+
+async def test_following_with_a_seq_past_bigint_is_invalid_argument(engine: AsyncEngine) -> None:
+    async with Client(engine, app=waiting_app) as client:
+        run = (await client.start(waits, 1)).run_id
+        with pytest.raises(InvalidArgument, match="after_seq=9223372036854775808"):
+            async for _ in client.follow(run, after_seq=2**63):
+                pass
+
+
+async def test_start_many_of_no_inputs_starts_nothing(engine: AsyncEngine) -> None:
+    before = await _everything(engine)
+    async with Client(engine, app=waiting_app) as client:
+        assert await client.start_many(doubled, []) == []
+    assert await _everything(engine) == before

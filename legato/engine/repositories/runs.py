@@ -86,8 +86,20 @@ def _select() -> Select[*_RunColumns]:
 
 
 def _row(row: tuple[*_RunColumns]) -> RunRow:
-    (run_id, name, version, status, input_, output, error, parent, cancel, created, finished,
-     timed_out_at) = row
+    (
+        run_id,
+        name,
+        version,
+        status,
+        input_,
+        output,
+        error,
+        parent,
+        cancel,
+        created,
+        finished,
+        timed_out_at,
+    ) = row
     return RunRow(
         id=run_id,
         workflow_name=name,

@@ -64,9 +64,7 @@ async def decide_backlog(conn: AsyncConnection) -> Backlog:
 async def quarantined_count(conn: AsyncConnection) -> int:
     """How many runs are quarantined (``legato stats``). Served by
     ``ix_decide_queue_quarantined``."""
-    result = await conn.execute(
-        select(func.count()).where(DecideQueue.quarantined_at.is_not(None))
-    )
+    result = await conn.execute(select(func.count()).where(DecideQueue.quarantined_at.is_not(None)))
     return int(result.scalar_one())
 
 

@@ -140,9 +140,7 @@ class DriverStatements:
 def _compiled(engine: AsyncEngine, statement: Executable) -> _Compiled:
     """``statement`` as asyncpg SQL text in ``engine``'s schema, with its parameters'
     order; refuses a statement with a parameter SQLAlchemy would have to convert."""
-    translate: dict[str | None, str | None] = engine.get_execution_options()[
-        "schema_translate_map"
-    ]
+    translate: dict[str | None, str | None] = engine.get_execution_options()["schema_translate_map"]
     compiler = statement.compile(dialect=engine.dialect, schema_translate_map=translate)  # type: ignore[attr-defined]
     assert isinstance(compiler, SQLCompiler) and compiler.positiontup is not None
     # What SQLAlchemy does to the text at each execution with a schema_translate_map.
