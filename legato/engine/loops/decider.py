@@ -41,7 +41,7 @@ from legato.engine.decider.model import (
     TaskRecord,
 )
 from legato.engine.loops import relay
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.outages import one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
@@ -404,10 +404,14 @@ class DeciderLoop(Loop):
         max_failures: int = 10,
         helper: DeciderLoop | None = None,
         handoff: LocalHandoff | None = None,
+        restarts: RestartPolicy | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         super().__init__(
-            poll_interval=poll_interval, wakeups=wakeups, channel=notify.decide_channel(schema)
+            poll_interval=poll_interval,
+            wakeups=wakeups,
+            channel=notify.decide_channel(schema),
+            restarts=restarts,
         )
         self.engine = engine
         self.schema = schema

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.reports import apply_reports
 from legato.engine.repositories import decide_queue, run_timeouts, tasks, timers
 from legato.engine.timer_semantics import report_for, start_to_close_due
@@ -48,8 +48,11 @@ class TimerLoop(Loop):
         wakeups: Wakeups | None = None,
         batch_size: int = 100,
         poll_interval: float = 0.5,
+        restarts: RestartPolicy | None = None,
     ) -> None:
-        super().__init__(poll_interval=poll_interval, wakeups=wakeups, channel=None)
+        super().__init__(
+            poll_interval=poll_interval, wakeups=wakeups, channel=None, restarts=restarts
+        )
         self.engine = engine
         self.batch_size = batch_size
         self.fired = 0

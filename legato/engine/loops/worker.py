@@ -30,7 +30,7 @@ from legato.engine import output_cache
 from legato.engine.admission import Admission
 from legato.engine.attempts import error_of, output_error
 from legato.engine.decider.model import TaskError
-from legato.engine.loops.supervision import Loop, supervise
+from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
 from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
@@ -80,10 +80,14 @@ class Worker(Loop):
         worker_id: str | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         reports: LocalReports | None = None,
+        restarts: RestartPolicy | None = None,
     ) -> None:
         schema = engine_schema(engine, "Worker")
         super().__init__(
-            poll_interval=poll_interval, wakeups=wakeups, channel=notify.tasks_channel(schema)
+            poll_interval=poll_interval,
+            wakeups=wakeups,
+            channel=notify.tasks_channel(schema),
+            restarts=restarts,
         )
         check_count("concurrency", concurrency)
         self.max_output_bytes = check_bytes("max_output_bytes", max_output_bytes)
