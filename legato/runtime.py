@@ -156,6 +156,7 @@ class Runtime:
                 poll_interval=poll_interval,
                 grace_period=grace_period,
                 max_output_bytes=max_output_bytes,
+                restarts=restarts,
                 # Both roles in one process: its reports wake the first decider in memory.
                 reports=ReportsToDecider(listening, self._decide_now) if roles.decider else None,
             )
@@ -178,25 +179,26 @@ class Runtime:
                     max_failures=max_decision_failures,
                     helper=helper,
                     handoff=self.handoff,
+                    restarts=restarts,
                 )
                 self.decider_loops.insert(0, helper)
             self.loops += self.decider_loops
-            self.loops.append(MaintenanceLoop(engine))
-            self.loops.append(ScheduleLoop(engine, poll_interval=poll_interval))
+            self.loops.append(MaintenanceLoop(engine, restarts=restarts))
+            self.loops.append(ScheduleLoop(engine, poll_interval=poll_interval, restarts=restarts))
         if self.worker is not None:
             self.loops.append(self.worker)
         if roles.timer:
-            self.loops.append(TimerLoop(engine, wakeups=listening))
-            self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval))
+            self.loops.append(TimerLoop(engine, wakeups=listening, restarts=restarts))
+            self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval, restarts=restarts))
         if roles.relay:
             self.loops.append(
-                RelayLoop(engine, relay or RelaySettings(), poll_interval=poll_interval)
+                RelayLoop(
+                    engine, relay or RelaySettings(), poll_interval=poll_interval, restarts=restarts
+                )
             )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             known = {t.queue for t in app.tasks.values()} | set(queues or ())
-            self.loops.append(BacklogSampler(engine, queues=known))
-        for each in self.loops:
-            each.restarts = restarts or RestartPolicy()
+            self.loops.append(BacklogSampler(engine, queues=known, restarts=restarts))
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: LoopFailed | None = None
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import stats
 from legato.observability import metrics
 
@@ -21,9 +21,14 @@ class BacklogSampler(Loop):
     name = "metrics-sampler"
 
     def __init__(
-        self, engine: AsyncEngine, *, queues: Iterable[str] = (), interval: float = 5.0
+        self,
+        engine: AsyncEngine,
+        *,
+        queues: Iterable[str] = (),
+        interval: float = 5.0,
+        restarts: RestartPolicy | None = None,
     ) -> None:
-        super().__init__(poll_interval=interval, wakeups=None, channel=None)
+        super().__init__(poll_interval=interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.queues = frozenset(queues)
 

@@ -26,10 +26,9 @@ from pydantic import JsonValue
 
 from legato.arguments import RunId, as_run_id, check_aware, check_flag, check_int_argument
 from legato.context import TaskContext
+from legato.engine.attempts import error_of
 from legato.engine.decider.model import AppendEvent, CreateTask, TaskError, TaskRecord
-from legato.engine.loops.decider import timer_row
-from legato.engine.loops.timers import report_for
-from legato.engine.loops.worker import error_of
+from legato.engine.timer_semantics import report_for, timer_row
 from legato.errors import InvalidArgument, InvalidInput, InvalidOutput, LegatoError
 from legato.flow import InputValidationError, UnknownEventError, Workflow, WorkflowDefinition
 from legato.flow.tasks import TaskDefinition, adapter_for

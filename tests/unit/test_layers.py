@@ -218,3 +218,13 @@ def test_the_hand_off_does_not_import_the_worker(
     # The lazy root names every public module for the type checker: not a dependency.
     typed["legato"] = set()
     assert "legato.engine.loops.worker" not in closure(typed, "legato.engine.transport.handoff")
+
+
+def test_the_testing_package_reaches_the_loops_only_through_the_runtime() -> None:
+    # The simulator shares the loops' pure rules (legato.engine.attempts,
+    # legato.engine.timer_semantics), never the loops themselves. The pytest plugin's
+    # legato_runtime fixture is a real Runtime: it reaches the loops through it alone.
+    found = violations(GRAPH, "legato.testing", ["legato.engine.loops"])
+    assert set(found) <= {"legato.testing.plugin"}
+    assert not any(_under(m, ["legato.engine.loops"]) for m in GRAPH["legato.testing.plugin"])
+    assert "legato.testing.simulator" in GRAPH  # the rule looked at the simulator

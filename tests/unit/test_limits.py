@@ -21,7 +21,7 @@ from legato import (
     task,
     workflow,
 )
-from legato.engine.loops.worker import error_of, output_error
+from legato.engine.attempts import error_of, output_error
 from legato.errors import InvalidInput
 from legato.flow.spec import TaskNodeSpec, TaskSpec
 from legato.limits import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from legato.engine.loops.timers import report_for, start_to_close_due
 from legato.engine.repositories.tasks import AttemptTiming
 from legato.engine.repositories.timers import DueTimer, capped_fire_at
+from legato.engine.timer_semantics import report_for, start_to_close_due
 from legato.schema import TaskState, TimerKind
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

@@ -41,7 +41,7 @@ from legato.engine.decider.model import (
     TaskRecord,
 )
 from legato.engine.loops import relay
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.outages import one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
@@ -57,6 +57,7 @@ from legato.engine.repositories import (
     tasks,
     timers,
 )
+from legato.engine.timer_semantics import timer_row
 from legato.engine.transport import handoff
 from legato.engine.transport.handoff import LocalHandoff
 from legato.engine.transport.wakeups import Wakeups
@@ -83,20 +84,6 @@ class SpecCache:
             spec = WorkflowSpec.model_validate(raw)
             self._specs[key] = spec
         return spec
-
-
-def timer_row(run_id: uuid.UUID, action: ArmTimer) -> timers.DueTimer:
-    """The ``timers`` row an ``ArmTimer`` stores: due at its fire time (``timers.arm``
-    caps the stored fire time at the partitions' horizon)."""
-    return timers.DueTimer(
-        fire_at=action.fire_at,
-        id=action.timer_id,
-        run_id=run_id,
-        task_id=action.task_id,
-        attempt=action.attempt,
-        kind=action.kind,
-        due_at=action.fire_at,
-    )
 
 
 _FINISHED_STATES = frozenset(
@@ -417,10 +404,14 @@ class DeciderLoop(Loop):
         max_failures: int = 10,
         helper: DeciderLoop | None = None,
         handoff: LocalHandoff | None = None,
+        restarts: RestartPolicy | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         super().__init__(
-            poll_interval=poll_interval, wakeups=wakeups, channel=notify.decide_channel(schema)
+            poll_interval=poll_interval,
+            wakeups=wakeups,
+            channel=notify.decide_channel(schema),
+            restarts=restarts,
         )
         self.engine = engine
         self.schema = schema

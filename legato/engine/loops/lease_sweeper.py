@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import task_queue, tasks
 from legato.schema import TaskState
@@ -26,8 +26,9 @@ class LeaseSweeper(Loop):
         *,
         batch_size: int = 100,
         poll_interval: float = 1.0,
+        restarts: RestartPolicy | None = None,
     ) -> None:
-        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
+        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.batch_size = batch_size
         self.swept = 0

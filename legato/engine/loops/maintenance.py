@@ -7,7 +7,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import concurrency, idempotency_keys, partitions, task_cache
 
 log = logging.getLogger("legato.maintenance")
@@ -27,8 +27,9 @@ class MaintenanceLoop(Loop):
         interval: float = 3600.0,
         months_ahead: int = 3,
         days_ahead: int = 7,
+        restarts: RestartPolicy | None = None,
     ) -> None:
-        super().__init__(poll_interval=interval, wakeups=None, channel=None)
+        super().__init__(poll_interval=interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.months_ahead = months_ahead
         self.days_ahead = days_ahead

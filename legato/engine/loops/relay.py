@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.decider.backoff import exponential
 from legato.engine.decider.model import Action, FinishRun
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.outages import is_database_error, one_line
 from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
@@ -175,6 +175,7 @@ class RelayLoop(Loop):
         settings: RelaySettings = RelaySettings(),
         *,
         poll_interval: float = 1.0,
+        restarts: RestartPolicy | None = None,
     ) -> None:
         try:
             import httpx  # noqa: F401  (checked here: fail at start, not at the first event)
@@ -182,7 +183,7 @@ class RelayLoop(Loop):
             raise ConfigurationError(
                 "the outbox relay needs httpx: pip install 'legato[webhooks]'"
             ) from None
-        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
+        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.settings = settings
         self.delivered = 0

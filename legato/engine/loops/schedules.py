@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.loops.supervision import Loop
+from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import definitions, idempotency_keys, runs, schedules
 from legato.errors import InvalidSchedule, UnknownSchedule
 from legato.flow import WorkflowDefinition
@@ -110,8 +110,9 @@ class ScheduleLoop(Loop):
         batch_size: int = 100,
         poll_interval: float = 1.0,
         clock: Callable[[], datetime] = utc_now,
+        restarts: RestartPolicy | None = None,
     ) -> None:
-        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None)
+        super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.batch_size = batch_size
         self.clock = clock

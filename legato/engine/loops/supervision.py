@@ -101,9 +101,16 @@ class Loop:
 
     name = "loop"
 
-    def __init__(self, *, poll_interval: float, wakeups: Wakeups | None, channel: str | None):
+    def __init__(
+        self,
+        *,
+        poll_interval: float,
+        wakeups: Wakeups | None,
+        channel: str | None,
+        restarts: RestartPolicy | None = None,
+    ):
         self.poll_interval = poll_interval
-        self.restarts = RestartPolicy()
+        self.restarts = restarts or RestartPolicy()
         self._wakeups = wakeups
         self._channel = channel
         self._wake: asyncio.Event | None = None

@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import time
-import traceback
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -29,24 +28,15 @@ from legato.context import TaskCancelled, TaskContext
 from legato.db import engine_schema
 from legato.engine import output_cache
 from legato.engine.admission import Admission
+from legato.engine.attempts import error_of, output_error
 from legato.engine.decider.model import TaskError
-from legato.engine.loops.supervision import Loop, supervise
+from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
 from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups
-from legato.errors import InvalidOutput, OutputTooLarge
 from legato.flow import App, TaskDefinition
-from legato.limits import (
-    MAX_ERROR_MESSAGE_CHARS,
-    MAX_TRACEBACK_CHARS,
-    clean_text,
-    describe_exception,
-    json_problem,
-    json_size,
-    truncated,
-)
 from legato.observability import hooks
 from legato.schema import TaskState
 
@@ -59,52 +49,6 @@ def default_worker_id() -> str:
 
 # The same limit as a run's input (Client(max_payload_bytes=...)).
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
-
-
-def error_of(exc: BaseException, retryable: bool) -> TaskError:
-    """How a task's exception is recorded: its type, message and traceback.
-
-    Never raises, whatever the exception does: a report that cannot be built would
-    hold the attempt's worker slot forever. The message and traceback are capped (the
-    error is stored with the attempt, in history and on the failed run) and made
-    encodable (a lone surrogate would make PostgreSQL refuse the whole report batch).
-    """
-    name = type(exc).__qualname__
-    message = describe_exception(exc)
-    try:
-        trace = "".join(traceback.format_exception(exc))
-    except Exception:
-        trace = None
-    return TaskError(
-        type=name,
-        message=truncated(clean_text(message), MAX_ERROR_MESSAGE_CHARS),
-        retryable=retryable,
-        traceback=None
-        if trace is None
-        else truncated(clean_text(trace), MAX_TRACEBACK_CHARS, keep="tail"),
-    )
-
-
-def output_error(output: JsonValue, max_output_bytes: int) -> TaskError | None:
-    """Why a task's JSON return value cannot be stored, or None. Not retryable: the
-    same code returns the same value again."""
-    problem = json_problem(output)
-    if problem is not None:
-        return TaskError(
-            type=InvalidOutput.__name__,
-            message=f"the task's return value is not storable JSON: {problem}",
-            retryable=False,
-        )
-    size = json_size(output)
-    if size > max_output_bytes:
-        return TaskError(
-            type=OutputTooLarge.__name__,
-            message=f"the task returned {size} bytes of JSON, over the {max_output_bytes}-byte "
-            "limit (max_output_bytes of the Worker or Runtime): store large results "
-            "elsewhere and return a reference",
-            retryable=False,
-        )
-    return None
 
 
 @dataclass
@@ -136,10 +80,14 @@ class Worker(Loop):
         worker_id: str | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         reports: LocalReports | None = None,
+        restarts: RestartPolicy | None = None,
     ) -> None:
         schema = engine_schema(engine, "Worker")
         super().__init__(
-            poll_interval=poll_interval, wakeups=wakeups, channel=notify.tasks_channel(schema)
+            poll_interval=poll_interval,
+            wakeups=wakeups,
+            channel=notify.tasks_channel(schema),
+            restarts=restarts,
         )
         check_count("concurrency", concurrency)
         self.max_output_bytes = check_bytes("max_output_bytes", max_output_bytes)
