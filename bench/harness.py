@@ -3,7 +3,9 @@
 One server per run: an embedded PostgreSQL 18 in a temporary directory (durable
 defaults: ``fsync = on``, ``synchronous_commit = on``), or ``--database-url``. Each
 scenario gets a fresh database cloned from a migrated template (or, when the role
-cannot create databases, a fresh schema in the given database).
+cannot create databases, a fresh schema in the given database). With ``pooler``, a
+PgBouncer in transaction mode in front of the server carries every engine's statements
+while LISTEN goes straight to the server (``listen_url``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import platform
 import sys
 import uuid
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +26,7 @@ from bench.txcount import LOG_LINE_PREFIX, PROBE_APP, STATEMENT_LOG, LogWindow
 from legato import migrations
 from legato.db import create_engine, resolve_url
 from legato.embedded import LocalPostgres
+from legato.testing.database import running_pgbouncer
 
 SCHEMA = "legato"
 
@@ -68,20 +72,37 @@ def percentile(samples: Sequence[float], p: float) -> float:
     return ordered[rank]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Target:
-    """A database (URL + schema) a scenario runs against."""
+    """A database (URL + schema) a scenario runs against; behind a transaction pooler,
+    ``url`` is the pooler's and ``listen_url`` the server's own for the same database."""
 
     url: str
     schema: str
+    pooler: str | None = None
+    listen_url: str | None = None
+
+    @property
+    def direct_url(self) -> str:
+        """The server's own URL of the database (the bare-commit floor's connection)."""
+        return self.listen_url or self.url
+
+    def engine(self, **options: Any) -> AsyncEngine:
+        """A Legato engine on this database (through the pooler when there is one)."""
+        return create_engine(
+            self.url, self.schema, pooler=self.pooler, listen_url=self.listen_url, **options
+        )
 
 
 class Server:
     """The PostgreSQL server of one bench run and the databases made on it."""
 
-    def __init__(self, database_url: str | None) -> None:
+    def __init__(self, database_url: str | None, *, pooler: bool = False) -> None:
         self.local: LocalPostgres | None = None
         self.given = database_url
+        self.pooler = pooler
+        self._pooler_url: str | None = None
+        self._pgbouncer = ExitStack()
         self._template: str | None = None
         self._made: list[Target] = []
         self.databases = True
@@ -93,6 +114,12 @@ class Server:
             self.admin_url = self.local.url()
         else:
             self.admin_url = self.given
+        if self.pooler:
+            try:
+                self._pooler_url = self._pgbouncer.enter_context(running_pgbouncer(self.admin_url))
+            except BaseException:
+                await self.stop()
+                raise
         try:
             await self._admin(f'CREATE DATABASE "lb_{self.run_tag}_tpl"')
             self._template = f"lb_{self.run_tag}_tpl"
@@ -107,9 +134,9 @@ class Server:
                 raise
             self.databases = False  # no CREATE DATABASE: fresh schemas in the given database
 
-    def url_of(self, database: str) -> str:
+    def url_of(self, database: str, *, server_url: str | None = None) -> str:
         return (
-            resolve_url(self.admin_url)
+            resolve_url(server_url or self.admin_url)
             .set(database=database)
             .render_as_string(hide_password=False)
             .replace("postgresql+asyncpg://", "postgresql://")
@@ -128,10 +155,10 @@ class Server:
         name = f"lb_{self.run_tag}_{label.replace('-', '_')}_{len(self._made)}"
         if self.databases:
             await self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
-            target = Target(self.url_of(name), SCHEMA)
+            target = self._target(self.url_of(name), SCHEMA)
         else:
             assert self.given is not None
-            target = Target(self.given, name)
+            target = self._target(self.given, name)
             engine = create_engine(self.given, name)
             try:
                 await migrations.upgrade(engine, name)
@@ -139,6 +166,15 @@ class Server:
                 await engine.dispose()
         self._made.append(target)
         return target
+
+    def _target(self, direct_url: str, schema: str) -> Target:
+        """``direct_url``'s database as a Target: through the pooler when there is one
+        (PgBouncer's wildcard entry serves every database by its name)."""
+        if self._pooler_url is None:
+            return Target(direct_url, schema)
+        database = str(resolve_url(direct_url).database)
+        pooled = self.url_of(database, server_url=self._pooler_url)
+        return Target(pooled, schema, pooler="transaction", listen_url=direct_url)
 
     async def empty_database(self, label: str) -> str:
         """A fresh empty database for a peer (plain URL); the given one without CREATE."""
@@ -160,6 +196,7 @@ class Server:
         return LogWindow(self.local.log_file, str(database))
 
     async def stop(self) -> None:
+        self._pgbouncer.close()
         if self.local is not None:
             for line in self.local.crash_reports():
                 print(f"PostgreSQL crash during the bench: {line}", file=sys.stderr)
@@ -178,11 +215,8 @@ class Server:
 def probe_engine(target: Target) -> AsyncEngine:
     """An engine for the bench's own reads (progress polls, counters), named so that
     bench.txcount leaves its transactions out."""
-    return create_engine(
-        target.url,
-        target.schema,
-        pool_size=2,
-        connect_args={"server_settings": {"application_name": PROBE_APP}},
+    return target.engine(
+        pool_size=2, connect_args={"server_settings": {"application_name": PROBE_APP}}
     )
 
 

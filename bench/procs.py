@@ -22,6 +22,8 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
+from bench.harness import Target
+
 ROLE_WORKER = "worker"
 ROLE_DECIDER = "decider"
 ROLE_ALL = "all"  # decider, worker and timer in one process: decisions hand off to its worker
@@ -30,8 +32,7 @@ DECIDER_LOOPS = 2  # per decider process: Runtime's default
 
 @dataclass(frozen=True)
 class ProcSpec:
-    url: str
-    schema: str
+    target: Target
     role: str
     concurrency: int = 64
     poll_interval: float = 0.5
@@ -45,13 +46,12 @@ def _main(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
 async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
     from bench.flows import app
     from legato import Roles, Runtime
-    from legato.db import create_engine
 
     if spec.metrics:
         from legato.observability import enable_metrics
 
         enable_metrics()
-    engine = create_engine(spec.url, spec.schema, pool_size=8, max_overflow=8)
+    engine = spec.target.engine(pool_size=8, max_overflow=8)
     try:
         async with engine.connect() as conn:  # warm the pool and the dialect
             await conn.exec_driver_sql("SELECT 1")
@@ -83,8 +83,7 @@ class Fleet:
 
     def __init__(
         self,
-        url: str,
-        schema: str,
+        target: Target,
         *,
         workers: int,
         deciders: int,
@@ -107,7 +106,7 @@ class Fleet:
         for role, count in ((ROLE_DECIDER, deciders), (ROLE_WORKER, workers), (ROLE_ALL, both)):
             for i in range(count):
                 ready = ctx.Event()
-                spec = ProcSpec(url, schema, role, concurrency=concurrency, metrics=metrics)
+                spec = ProcSpec(target, role, concurrency=concurrency, metrics=metrics)
                 proc = ctx.Process(
                     target=_main, args=(spec, ready, self.go, self.stop_event), daemon=True
                 )

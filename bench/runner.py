@@ -29,6 +29,8 @@ class BenchArgs:
     compare: bool
     profile_dir: Path | None
     concurrency: int
+    #: "pgbouncer": every engine through a PgBouncer in transaction mode, LISTEN direct.
+    pooler: str | None = None
 
 
 @dataclass
@@ -43,7 +45,7 @@ async def run(args: BenchArgs) -> int:
     opts = Options(
         size=size, cores=default_cores(), profile_dir=args.profile_dir, concurrency=args.concurrency
     )
-    server = Server(args.database_url)
+    server = Server(args.database_url, pooler=args.pooler == "pgbouncer")
     figures: list[Figure] = []
     peers: list[PeerResult] = []
     started = time.perf_counter()
@@ -57,6 +59,8 @@ async def run(args: BenchArgs) -> int:
             await engine.dispose()
         say("machine: " + ", ".join(f"{k}={v}" for k, v in context.items()))
         say(f"size: {args.size}")
+        if args.pooler:
+            say(f"pooler: {args.pooler} (pool_mode = transaction), LISTEN direct to the server")
         for name in args.scenarios:
             t0 = time.perf_counter()
             found = await SCENARIOS[name](server, opts)
@@ -88,6 +92,7 @@ async def run(args: BenchArgs) -> int:
                 figures,
                 {
                     "size": args.size,
+                    "pooler": args.pooler,
                     "seconds": round(total, 1),
                     "peers": {
                         p.name: {"error": p.error, "figures": [vars(f) for f in p.figures]}

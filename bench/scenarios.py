@@ -20,7 +20,6 @@ from bench.flows import Go, app, chain3, fanout10, one, one_tx, wake
 from bench.harness import Figure, Server, Target, percentile, probe_engine
 from bench.procs import Fleet
 from legato import App, Client, Workflow
-from legato.db import create_engine
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.worker import Worker
 from legato.schema import Runs, RunStatus, Tasks, TaskState
@@ -108,7 +107,7 @@ class BareCommit:
         self._conn: asyncpg.Connection | None = None
 
     async def open(self) -> BareCommit:
-        self._conn = await asyncpg.connect(self.target.url)
+        self._conn = await asyncpg.connect(self.target.direct_url)
         await self._conn.execute(
             f"CREATE TABLE IF NOT EXISTS {self.table} "
             "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int NOT NULL)"
@@ -153,7 +152,7 @@ async def scenario_start(server: Server, opts: Options) -> list[Figure]:
     """Sequential starts interleaved block by block with bare commits (so both see the
     same machine), then batched starts."""
     target = await server.fresh("start")
-    engine = create_engine(target.url, target.schema)
+    engine = target.engine()
     bare = await BareCommit(target).open()
     try:
         async with Client(engine, app=app) as client:
@@ -220,7 +219,7 @@ async def drain(
     real transactions of the drain; it slows the server, so throughput figures leave it off.
     """
     target = await server.fresh(label)
-    engine = create_engine(target.url, target.schema)
+    engine = target.engine()
     probe = probe_engine(target)
     window = await server.statement_log(target) if count_transactions else None
     try:
@@ -229,8 +228,7 @@ async def drain(
             for offset in range(0, n, BATCH):
                 await client.start_many(workflow, list(range(offset, min(n, offset + BATCH))))
         fleet = Fleet(
-            target.url,
-            target.schema,
+            target,
             workers=workers,
             deciders=deciders,
             concurrency=opts.concurrency,
@@ -362,8 +360,7 @@ def _fleet(target: Target, opts: Options, one_process: bool, label: str = "") ->
     """The latency and low-load layout: 1 worker + 1 decider process, or one process
     with every role."""
     return Fleet(
-        target.url,
-        target.schema,
+        target,
         workers=0 if one_process else 1,
         deciders=0 if one_process else 1,
         both=1 if one_process else 0,
@@ -376,7 +373,7 @@ def _fleet(target: Target, opts: Options, one_process: bool, label: str = "") ->
 async def _low_load_commits(server: Server, opts: Options, one_process: bool) -> list[Figure]:
     target = await server.fresh("lowload-1p" if one_process else "lowload")
     window = await server.statement_log(target)
-    engine = create_engine(target.url, target.schema)
+    engine = target.engine()
     probe = probe_engine(target)
     fleet = _fleet(target, opts, one_process, "lowload-")
     suffix = ONE_PROCESS if one_process else ""
@@ -494,7 +491,7 @@ async def scenario_wake(server: Server, opts: Options) -> list[Figure]:
 async def _wake_layout(server: Server, opts: Options, one_process: bool) -> list[Figure]:
     n = opts.size.wake
     target = await server.fresh("wake-1p" if one_process else "wake")
-    engine = create_engine(target.url, target.schema)
+    engine = target.engine()
     probe = probe_engine(target)
     fleet = _fleet(target, opts, one_process, "wake-")
     bare = await BareCommit(target).open()
@@ -578,8 +575,8 @@ async def _latency_layout(server: Server, opts: Options, one_process: bool) -> l
     n = opts.size.wake
     suffix = ONE_PROCESS if one_process else ""
     target = await server.fresh("latency-1p" if one_process else "latency")
-    engine = create_engine(target.url, target.schema)
-    loader_engine = create_engine(target.url, target.schema)
+    engine = target.engine()
+    loader_engine = target.engine()
     probe = probe_engine(target)
     fleet = _fleet(target, opts, one_process, "latency-")
     bare = await BareCommit(target).open()
@@ -831,8 +828,8 @@ async def scenario_history(server: Server, opts: Options) -> list[Figure]:
     n, samples = opts.size.history_runs, opts.size.history_samples
     empty_target = await server.fresh("history-empty")
     full_target = await server.fresh("history")
-    empty_engine = create_engine(empty_target.url, empty_target.schema)
-    full_engine = create_engine(full_target.url, full_target.schema)
+    empty_engine = empty_target.engine()
+    full_engine = full_target.engine()
     cyclers: list[Cycler] = []
     try:
         async with Client(empty_engine, app=app) as empty, Client(full_engine, app=app) as full:
@@ -876,7 +873,7 @@ async def scenario_claims(server: Server, opts: Options) -> list[Figure]:
     try:
         for label, worker_app in (("plain", app), ("limited", limited)):
             target = await server.fresh(f"claims-{label}")
-            engine = create_engine(target.url, target.schema)
+            engine = target.engine()
             engines.append(engine)
             client = Client(engine, app=app)
             await client.deploy()

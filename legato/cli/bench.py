@@ -59,6 +59,13 @@ def register(commands: Any) -> None:
         help="py-spy record every worker/decider process into DIR (raw collapsed stacks)",
     )
     parser.add_argument(
+        "--pooler",
+        choices=("pgbouncer",),
+        help="run the processes' and the client's engines through a PgBouncer in "
+        "transaction mode started in front of the server (Debian's pgbouncer); LISTEN "
+        "goes direct",
+    )
+    parser.add_argument(
         "--concurrency",
         type=concurrency,
         default=64,
@@ -95,6 +102,7 @@ async def _bench(args: argparse.Namespace) -> int:
             compare=args.compare,
             profile_dir=args.profile,
             concurrency=args.concurrency,
+            pooler=args.pooler,
         )
     )
     return result

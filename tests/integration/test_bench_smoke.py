@@ -8,6 +8,8 @@ import pytest
 
 from bench.harness import Server
 from bench.scenarios import SCENARIOS, SIZES, Options, scenario_commits
+from legato.db import resolve_url
+from legato.testing.database import pgbouncer_binary
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -42,3 +44,23 @@ async def test_real_transactions_are_counted_from_the_embedded_servers_log() -> 
     # load, and the drain batches: both are positive and far below one per statement.
     assert 0 < draining.value < 10, draining
     assert 1 <= low.value < 20, low
+
+
+@pytest.mark.skipif(pgbouncer_binary() is None, reason="pgbouncer is not installed")
+async def test_scenarios_run_through_a_transaction_pooler_with_listen_direct() -> None:
+    server = Server(None, pooler=True)
+    await server.start()
+    try:
+        target = await server.fresh("pooled")
+        opts = Options(size=SIZES["tiny"], cores=2, concurrency=16)
+        figures = [f for name in ("e2e-1", "wake") for f in await SCENARIOS[name](server, opts)]
+    finally:
+        await server.stop()
+    assert target.pooler == "transaction"
+    assert target.listen_url is not None
+    assert resolve_url(target.listen_url).database == resolve_url(target.url).database
+    assert target.url != target.listen_url
+    assert figures
+    for figure in figures:
+        assert math.isfinite(figure.value) and figure.value >= 0, figure
+        assert "NOT SUCCEEDED" not in figure.settings, figure
