@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     )
     from legato.db import create_engine
     from legato.errors import (
+        ClientClosed,
         ConfigurationError,
         DatabaseUnavailable,
         IncompatibleDatabase,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         RunFinished,
         RunNotFound,
         UnknownSchedule,
+        UnknownTask,
         UnknownWorkflow,
         WebhookNotFound,
     )
@@ -117,6 +119,8 @@ _MODULE_OF: dict[str, str] = {
     "RunNotFound": "legato.errors",
     "NotTransactional": "legato.errors",
     "UnknownWorkflow": "legato.errors",
+    "UnknownTask": "legato.errors",
+    "ClientClosed": "legato.errors",
     "RateLimit": "legato.flow",
     "Concurrency": "legato.flow",
     "Cache": "legato.flow",
@@ -156,6 +160,7 @@ __all__ = [
     "Cache",
     "CatchUp",
     "Client",
+    "ClientClosed",
     "Concurrency",
     "ConfigurationError",
     "DatabaseUnavailable",
@@ -202,6 +207,7 @@ __all__ = [
     "TaskDefinitionError",
     "TaskState",
     "UnknownSchedule",
+    "UnknownTask",
     "UnknownWorkflow",
     "WebhookNotFound",
     "Workflow",

@@ -62,8 +62,16 @@ class InvalidRunId(InvalidArgument):
     an existing partition."""
 
 
-class UnknownWorkflow(LegatoError):
+class UnknownWorkflow(LegatoError, LookupError):
     """No workflow of that name is registered or deployed."""
+
+
+class UnknownTask(LegatoError, LookupError):
+    """No task of that name is registered in the app (``App.task``)."""
+
+
+class ClientClosed(LegatoError, RuntimeError):
+    """A ``SyncClient`` used after ``close()``."""
 
 
 class InvalidInput(LegatoError):

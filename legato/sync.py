@@ -28,6 +28,7 @@ from pydantic import JsonValue
 
 from legato.arguments import RunId
 from legato.client import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL, Client, RunHandle
+from legato.errors import ClientClosed
 from legato.flow import App, Workflow
 from legato.models import HistoryEvent, QuarantinedRun, RunDetails, RunPage
 from legato.schema import RunStatus
@@ -90,7 +91,7 @@ class SyncClient:
     def _call(self, coroutine: Coroutine[Any, Any, R]) -> R:
         if self._loop.is_closed():
             coroutine.close()
-            raise RuntimeError("this SyncClient is closed")
+            raise ClientClosed("this SyncClient is closed: create a new SyncClient to go on")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _stop_loop(self) -> None:

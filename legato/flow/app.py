@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from legato.errors import UnknownTask, UnknownWorkflow
 from legato.flow.definition import WorkflowDefinition
 from legato.flow.spec import SpecError
 from legato.flow.tasks import TaskDefinition, check_queue_limits, check_shared_limits
@@ -45,7 +46,7 @@ class App:
         try:
             return self.workflows[name]
         except KeyError:
-            raise LookupError(
+            raise UnknownWorkflow(
                 f"unknown workflow {name!r}; known: {sorted(self.workflows)}"
             ) from None
 
@@ -53,7 +54,7 @@ class App:
         try:
             return self.tasks[name]
         except KeyError:
-            raise LookupError(f"unknown task {name!r}; known: {sorted(self.tasks)}") from None
+            raise UnknownTask(f"unknown task {name!r}; known: {sorted(self.tasks)}") from None
 
 
 def _with_children(workflows: Iterable[WorkflowDefinition]) -> dict[str, WorkflowDefinition]:

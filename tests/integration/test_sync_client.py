@@ -10,7 +10,15 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from examples.signup import Active, Confirmed, Signup, app, signup
-from legato import InvalidInput, RunFailed, RunNotFound, RunStatus, Runtime, SyncClient
+from legato import (
+    ClientClosed,
+    InvalidInput,
+    RunFailed,
+    RunNotFound,
+    RunStatus,
+    Runtime,
+    SyncClient,
+)
 from legato.engine.repositories import decide_queue
 from legato.schema import uuid7
 
@@ -65,7 +73,7 @@ async def test_the_sync_client_raises_the_async_clients_errors(
             client.cancel(handle.run_id)
             with pytest.raises(RunFailed, match="cancelled"):
                 handle.result(timeout=60)
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(ClientClosed, match="closed: create a new SyncClient"):
             client.get_run(handle.run_id)
 
     async with Runtime(engine, app, poll_interval=0.2):

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
+from legato import UnknownTask, UnknownWorkflow
 from legato.context import TaskContext
 from legato.flow import (
     App,
@@ -180,8 +181,12 @@ def test_app_collects_workflows_children_and_tasks() -> None:
     assert set(app.workflows) == {"parent", "signup", "branchy"}
     assert app.tasks["create_user"] is create_user
     assert app.workflow("signup") is signup
-    with pytest.raises(LookupError, match="unknown workflow 'nope'"):
+    with pytest.raises(UnknownWorkflow, match="unknown workflow 'nope'; known: "):
         app.workflow("nope")
+    with pytest.raises(UnknownTask, match=r"unknown task 'nope'; known: .*'create_user'"):
+        app.task("nope")
+    # Both stay LookupErrors for code that caught those before.
+    assert issubclass(UnknownWorkflow, LookupError) and issubclass(UnknownTask, LookupError)
 
 
 def test_app_rejects_two_tasks_with_one_name() -> None:
