@@ -282,6 +282,11 @@ def create_engine(
     connection. Pass ``pool_pre_ping=True`` for an engine that idles for long.
     """
     _check_engine_arguments(pooler, engine_options)
+    for option, value in (
+        ("lock_timeout", lock_timeout),
+        ("idle_in_transaction_session_timeout", idle_in_transaction_session_timeout),
+    ):
+        _check_duration_setting(option, value)
     target, libpq = split_libpq_parameters(url if isinstance(url, URL) else resolve_url(url))
     mode = resolve_pooler(pooler)
     listen = listen_url or os.environ.get("LEGATO_LISTEN_DATABASE_URL") or None
@@ -347,6 +352,21 @@ def split_libpq_parameters(url: URL) -> tuple[URL, dict[str, str]]:
     names = [*DSN_ONLY_PARAMETERS, "application_name"]
     taken = {name: _query_values(url, name)[-1] for name in names if name in url.query}
     return url.difference_update_query(names), taken
+
+
+# A PostgreSQL time setting as the server parses it: a number and an optional unit.
+_DURATION_SETTING = re.compile(r"\d+(\.\d+)?\s*(us|ms|s|min|h|d)?")
+
+
+def _check_duration_setting(option: str, value: object) -> None:
+    """``lock_timeout=`` / ``idle_in_transaction_session_timeout=``: None, or a PostgreSQL
+    duration string ("30s", "500ms", "0" for none); else ``ConfigurationError``."""
+    if value is None or (isinstance(value, str) and _DURATION_SETTING.fullmatch(value.strip())):
+        return
+    raise ConfigurationError(
+        f"{option}={value!r} must be a PostgreSQL duration string such as '30s', '500ms' or "
+        "'0' (no limit), or None to leave the server's own setting"
+    )
 
 
 def _check_engine_arguments(pooler: object, engine_options: dict[str, Any]) -> None:

@@ -435,6 +435,16 @@ BUILD_CASES: dict[str, tuple[type[LegatoError], str, Callable[[], object]]] = {
         "pooler=5 must be 'transaction', 'session' or None",
         lambda: create_engine(URL, pooler=5),  # type: ignore[arg-type]
     ),
+    "lock_timeout int": (
+        ConfigurationError,
+        "lock_timeout=5 must be a PostgreSQL duration string such as '30s'",
+        lambda: create_engine(URL, lock_timeout=5),  # type: ignore[arg-type]
+    ),
+    "idle timeout unit": (
+        ConfigurationError,
+        "idle_in_transaction_session_timeout='5 parsecs' must be a PostgreSQL duration",
+        lambda: create_engine(URL, idle_in_transaction_session_timeout="5 parsecs"),
+    ),
     "Retry multiplier huge": (
         TaskDefinitionError,
         "Retry(multiplier=1e+308): multiplier must be a finite number >= 1, at most 1000",
