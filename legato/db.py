@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
-import ssl
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -15,11 +13,12 @@ from urllib.parse import urlencode
 
 import asyncpg
 from sqlalchemy import URL, Connection, Engine, event, make_url, select
-from sqlalchemy.exc import ArgumentError, DBAPIError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from legato.arguments import check_count, check_positive_seconds
-from legato.errors import ConfigurationError, DatabaseUnavailable, IncompatibleDatabase
+from legato.errors import ConfigurationError, IncompatibleDatabase
+from legato.outages import as_unavailable, causes, where
 from legato.schema import SCHEMA_PLACEHOLDER, SchemaVersion
 
 DEFAULT_SCHEMA = "legato"
@@ -474,116 +473,6 @@ def check_server_version(conn: Connection) -> None:
     require_supported_server(read_server_version_num(conn))
 
 
-# Connection failures that retrying does not cure: the server answered and said no.
-_LASTING = (
-    asyncpg.InvalidPasswordError,
-    asyncpg.InvalidAuthorizationSpecificationError,
-    asyncpg.InvalidCatalogNameError,
-)
-# The server is there but not taking connections yet (starting, stopping, full).
-_PASSING = (
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.ConnectionDoesNotExistError,
-)
-
-
-def where(url: URL) -> str:
-    """Where a URL points, for messages: ``host:port/database`` (or the socket directory)."""
-    host = url.host or url.query.get("host") or "localhost"
-    if isinstance(host, tuple):
-        host = ",".join(host)
-    port = f":{url.port or 5432}" if not str(host).startswith("/") else ""
-    return f"{host}{port}/{url.database or ''}"
-
-
-def _causes(error: BaseException) -> Iterator[BaseException]:
-    """``error``, then what it wraps: SQLAlchemy's driver error, each ``__cause__``."""
-    cause: BaseException | None = error
-    seen: list[BaseException] = []
-    while cause is not None and cause not in seen:
-        seen.append(cause)
-        yield cause
-        cause = cause.orig if isinstance(cause, DBAPIError) else cause.__cause__
-
-
-_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
-
-
-def outage_cause(error: BaseException) -> str:
-    """Why the server could not be reached, in a few words and without errno numbers
-    (``[Errno 2] No such file or directory`` from a Unix-socket connect says nothing to
-    an operator): for messages and log lines."""
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(error, FileNotFoundError):
-        return "no server socket in that directory"
-    if isinstance(error, socket.gaierror):
-        return f"unknown host ({str(error.strerror or error).lower()})"
-    if isinstance(error, TimeoutError):
-        return "timed out"
-    if isinstance(error, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
-        return "connection lost"
-    text = _ERRNO.sub("", str(error)).strip().splitlines()
-    return text[0] if text else type(error).__name__
-
-
-def _unreachable(error: BaseException) -> bool:
-    return isinstance(error, (OSError, *_PASSING))
-
-
-def outage(error: BaseException) -> str | None:
-    """``the database is unavailable (<cause>)`` when ``error`` is a failure to reach the
-    database or a connection to it lost, None for anything else: what the loops log for
-    an outage, whichever layer (driver, pool, SQLAlchemy) raised it."""
-    for cause in _causes(error):
-        if isinstance(cause, DatabaseUnavailable):
-            return f"the database is unavailable ({cause})"
-        if isinstance(cause, _LASTING):
-            return f"the database is unavailable ({cause})"
-        if _unreachable(cause):
-            return f"the database is unavailable ({outage_cause(cause)})"
-    return None
-
-
-def as_unavailable(error: BaseException, url: URL) -> DatabaseUnavailable | None:
-    """The ``DatabaseUnavailable`` a failure to connect to ``url`` stands for (refused,
-    unknown host, timeout, wrong password or role, no such database, server starting),
-    or None when ``error`` is something else. ``retryable`` says whether waiting helps."""
-    for cause in _causes(error):  # SQLAlchemy wraps the driver's error
-        if isinstance(cause, _LASTING):
-            return DatabaseUnavailable(
-                f"cannot connect to the database at {where(url)}: {cause} "
-                "(check the user, password and database in --database-url / "
-                "LEGATO_DATABASE_URL)",
-                retryable=False,
-            )
-        if isinstance(cause, ssl.SSLError):  # an OSError, but one that waiting won't cure
-            return DatabaseUnavailable(_tls_failure(cause, url), retryable=False)
-        if _unreachable(cause):
-            return DatabaseUnavailable(
-                f"cannot reach the database at {where(url)}: {outage_cause(cause)} "
-                "(is PostgreSQL running there, and is --database-url / LEGATO_DATABASE_URL "
-                "right?)"
-            )
-    return None
-
-
-def _tls_failure(error: ssl.SSLError, url: URL) -> str:
-    """What a failed TLS handshake with ``url``'s server means, and what to check."""
-    if isinstance(error, ssl.SSLCertVerificationError):
-        reason = (error.verify_message or str(error)).rstrip(".")
-        if "mismatch" in reason:  # "Hostname mismatch", "IP address mismatch"
-            hint = (
-                f"the certificate is not issued for {url.host or 'the host'!r}: connect by a "
-                "name the certificate lists, or use sslmode=verify-ca"
-            )
-        else:
-            hint = "check that sslrootcert= names the CA that signed the server's certificate"
-        return f"the database server at {where(url)} failed TLS verification: {reason} ({hint})"
-    return f"TLS with the database server at {where(url)} failed: {error.reason or error}"
-
-
 @asynccontextmanager
 async def connect(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """``engine.connect()``, with a failure to connect raised as ``DatabaseUnavailable``
@@ -635,7 +524,7 @@ def schema_mismatch(schema: str, applied: list[str], head: str) -> str:
 def missing_relation(error: BaseException) -> bool:
     """Whether ``error`` is a statement on a table, column or function the schema does
     not have: a schema never migrated, or not to this package's head."""
-    return any(isinstance(cause, _MISSING) for cause in _causes(error))
+    return any(isinstance(cause, _MISSING) for cause in causes(error))
 
 
 _MISSING = (

@@ -36,7 +36,7 @@ from legato.arguments import (
     check_poll_interval,
     check_seconds,
 )
-from legato.db import as_unavailable, check_database, engine_schema, listen_engine
+from legato.db import check_database, engine_schema, listen_engine
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.lease_sweeper import LeaseSweeper
@@ -46,7 +46,6 @@ from legato.engine.loops.schedules import ScheduleLoop
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.loops.timers import TimerLoop
 from legato.engine.loops.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
-from legato.engine.outages import one_line
 from legato.engine.transport.handoff import LocalHandoff, ReportsToDecider
 from legato.engine.transport.wakeups import Wakeups
 from legato.errors import ConfigurationError, LoopFailed
@@ -54,6 +53,7 @@ from legato.flow import App
 from legato.limits import check_name
 from legato.observability import metrics
 from legato.observability.sampler import BacklogSampler
+from legato.outages import as_unavailable, one_line
 
 log = logging.getLogger("legato")
 

@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
 from legato.cli import command, group, nonempty, number_in, shown
-from legato.db import as_unavailable, create_engine, resolve_schema, resolve_url, schema_mismatch
+from legato.db import create_engine, resolve_schema, resolve_url, schema_mismatch
 from legato.engine.repositories import partitions
+from legato.outages import as_unavailable
 
 
 @asynccontextmanager

@@ -33,7 +33,7 @@ from legato import (
 )
 from legato.db import create_engine
 from legato.engine.loops.timers import TimerLoop
-from legato.engine.outages import database_failure
+from legato.outages import database_failure
 from legato.schema import RunEvents, Runs, Signals, Tasks, WorkflowDefinitions
 from tests.helpers import run_legato
 from tests.integration.test_cli_db import assert_one_line_error

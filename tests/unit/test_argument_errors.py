@@ -37,9 +37,9 @@ from legato import (
     uuid7,
     workflow,
 )
-from legato.db import outage
 from legato.engine.loops.supervision import RestartPolicy
 from legato.engine.loops.worker import Worker
+from legato.outages import outage
 from legato.testing import SimulationError, Simulator, run_task, task_context
 
 URL = "postgresql://app@localhost/app"  # never connected to: every check comes first

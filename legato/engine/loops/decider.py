@@ -42,7 +42,6 @@ from legato.engine.decider.model import (
 )
 from legato.engine.loops import relay
 from legato.engine.loops.supervision import Loop, RestartPolicy
-from legato.engine.outages import one_line, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
     decide_queue,
@@ -63,6 +62,7 @@ from legato.engine.transport.handoff import LocalHandoff
 from legato.engine.transport.wakeups import Wakeups
 from legato.flow.spec import WorkflowSpec
 from legato.observability import hooks
+from legato.outages import one_line, traceback_at_debug
 from legato.schema import RunStatus, TaskState
 
 log = logging.getLogger("legato.decider")

@@ -34,9 +34,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.engine.decider.backoff import exponential
 from legato.engine.decider.model import Action, FinishRun
 from legato.engine.loops.supervision import Loop, RestartPolicy
-from legato.engine.outages import is_database_error, one_line
 from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
+from legato.outages import is_database_error, one_line
 from legato.schema import RunStatus, uuid7
 from legato.webhooks import (
     EVENT_ID_HEADER,

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from legato.arguments import check_count, check_seconds
 from legato.engine.decider.backoff import exponential
-from legato.engine.outages import database_failure, is_database_error, one_line, traceback_at_debug
 from legato.engine.transport.wakeups import Wakeups
 from legato.errors import LoopFailed
+from legato.outages import database_failure, is_database_error, one_line, traceback_at_debug
 
 log = logging.getLogger("legato")
 

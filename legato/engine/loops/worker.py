@@ -31,13 +31,13 @@ from legato.engine.admission import Admission
 from legato.engine.attempts import error_of, output_error
 from legato.engine.decider.model import TaskError
 from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
-from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups
 from legato.flow import App, TaskDefinition
 from legato.observability import hooks
+from legato.outages import database_failure, is_database_error, traceback_at_debug
 from legato.schema import TaskState
 
 log = logging.getLogger("legato.worker")

@@ -35,8 +35,8 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
-from legato.db import as_unavailable, outage_cause, where
 from legato.errors import DatabaseUnavailable
+from legato.outages import as_unavailable, outage_cause, where
 
 
 @dataclass(frozen=True)

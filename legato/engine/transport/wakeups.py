@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.outages import database_failure, is_database_error, traceback_at_debug
+from legato.outages import database_failure, is_database_error, traceback_at_debug
 
 log = logging.getLogger("legato")
 
