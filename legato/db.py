@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from legato.arguments import check_count, check_positive_seconds
 from legato.errors import ConfigurationError, IncompatibleDatabase
 from legato.outages import as_unavailable, causes, where
-from legato.schema import SCHEMA_PLACEHOLDER, SchemaVersion
+from legato.schema import SCHEMA_PLACEHOLDER, Installation, SchemaVersion, Shards
 
 DEFAULT_SCHEMA = "legato"
 MIN_SERVER_VERSION_NUM = 150000
@@ -499,7 +499,7 @@ async def server_version_num(conn: AsyncConnection) -> int:
 # The migration head this package's code expects: a constant, so that checking a
 # database at connect needs no Alembic import (tests/migration keeps it equal to the
 # head of legato/alembic/versions).
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 
 
 def schema_mismatch(schema: str, applied: list[str], head: str) -> str:
@@ -535,8 +535,9 @@ _MISSING = (
 )
 
 
-async def check_database(conn: AsyncConnection, schema: str) -> None:
-    """Refuse a server older than 15 or a schema not at this package's migration head."""
+async def check_database(conn: AsyncConnection, schema: str) -> Shards:
+    """Refuse a server older than 15 or a schema not at this package's migration head;
+    return the installation's shard keys (fixed when the schema was created)."""
     await conn.run_sync(check_server_version)
     head = HEAD_REVISION
     try:
@@ -546,3 +547,5 @@ async def check_database(conn: AsyncConnection, schema: str) -> None:
         applied = []
     if applied != [head]:
         raise IncompatibleDatabase(schema_mismatch(schema, applied, head))
+    count = (await conn.execute(select(Installation.shard_count))).scalar_one()
+    return Shards(int(count))

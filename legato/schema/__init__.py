@@ -21,12 +21,14 @@ if TYPE_CHECKING:
         ConcurrencySlots,
         DecideQueue,
         IdempotencyKeys,
+        Installation,
         Outbox,
         RateBuckets,
         RunEvents,
         Runs,
         Schedules,
         SchemaVersion,
+        ShardOwners,
         Signals,
         TaskCache,
         TaskQueue,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         WorkflowDefinitions,
         metadata,
     )
+    from legato.schema.shards import DEFAULT_SHARD_COUNT, Shards
     from legato.schema.types import (
         is_uuid7,
         strip_nul,
@@ -55,6 +58,10 @@ _MODULE_OF: dict[str, str] = {
     "TaskState": "legato.schema.enums",
     "TimerKind": "legato.schema.enums",
     "TaskCache": "legato.schema.tables",
+    "Installation": "legato.schema.tables",
+    "ShardOwners": "legato.schema.tables",
+    "Shards": "legato.schema.shards",
+    "DEFAULT_SHARD_COUNT": "legato.schema.shards",
     "RateBuckets": "legato.schema.tables",
     "ConcurrencySlots": "legato.schema.tables",
     "Schedules": "legato.schema.tables",
@@ -81,11 +88,13 @@ _MODULE_OF: dict[str, str] = {
 }
 
 __all__ = [
+    "DEFAULT_SHARD_COUNT",
     "SCHEMA_PLACEHOLDER",
     "CatchUp",
     "ConcurrencySlots",
     "DecideQueue",
     "IdempotencyKeys",
+    "Installation",
     "NodeKind",
     "Outbox",
     "RateBuckets",
@@ -94,6 +103,8 @@ __all__ = [
     "Runs",
     "Schedules",
     "SchemaVersion",
+    "ShardOwners",
+    "Shards",
     "Signals",
     "TaskCache",
     "TaskError",

@@ -35,6 +35,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -89,6 +90,11 @@ def time_col(*, nullable: bool = True, now_default: bool = False) -> Column[date
         nullable=nullable,
         server_default=_now() if now_default else None,
     )
+
+
+def shard_col() -> Column[int]:
+    """The run's shard key (``legato.schema.shards``): first in every run-scoped key."""
+    return Column(SmallInteger, nullable=False)
 
 
 def json_col(*, nullable: bool = True) -> Column[JsonValue]:
@@ -173,11 +179,12 @@ class RunsColumns(TableColumns):
     finished_at = time_col()
     # W3C trace context of the Client.start caller (migration 0005); NULL without tracing.
     trace_context = json_col()
+    shard = shard_col()  # migration 0011
 
 
 Runs = RunsColumns(
     "runs",
-    PrimaryKeyConstraint("id"),
+    PrimaryKeyConstraint("shard", "id"),
     enum_check("status", RunStatus),
     ForeignKeyConstraint(
         ["workflow_name", "workflow_version"],
@@ -215,16 +222,17 @@ class TasksColumns(TableColumns):
     lease_owner = text_col(nullable=True)
     # The output came from the output cache: the body did not run.
     cached: Column[bool] = Column(Boolean, nullable=False, server_default=false())
+    shard = shard_col()
 
 
 Tasks = TasksColumns(
     "tasks",
-    PrimaryKeyConstraint("run_id", "id"),
+    PrimaryKeyConstraint("shard", "run_id", "id"),
     enum_check("state", TaskState),
     enum_check("kind", NodeKind),
-    ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(["shard", "run_id"], ["runs.shard", "runs.id"], ondelete="CASCADE"),
     # The decider's snapshot load and the identity of an attempt: a retry is a new row.
-    Index(None, "run_id", "node_id", "iteration", "attempt", unique=True),
+    Index(None, "shard", "run_id", "node_id", "iteration", "attempt", unique=True),
     # Client.emit: the event waits currently open for a name (a handful of rows).
     Index(
         "ix_tasks_open_waits",
@@ -247,14 +255,21 @@ class SignalsColumns(TableColumns):
     created_at = time_col(nullable=False, now_default=True)
     consumed_at = time_col()
     consumed_by: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
+    shard = shard_col()
 
 
 Signals = SignalsColumns(
     "signals",
-    PrimaryKeyConstraint("run_id", "id"),
-    ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    PrimaryKeyConstraint("shard", "run_id", "id"),
+    ForeignKeyConstraint(["shard", "run_id"], ["runs.shard", "runs.id"], ondelete="CASCADE"),
     # The decider's snapshot: a run's unconsumed signals.
-    Index("ix_signals_pending", "run_id", "id", postgresql_where=text("consumed_at IS NULL")),
+    Index(
+        "ix_signals_pending",
+        "shard",
+        "run_id",
+        "id",
+        postgresql_where=text("consumed_at IS NULL"),
+    ),
     postgresql_partition_by="RANGE (run_id)",
 )
 """Signals sent to a run, buffered until a wait consumes them, oldest first."""
@@ -271,12 +286,13 @@ class RunEventsColumns(TableColumns):
     attempt: Column[int | None] = Column(Integer, nullable=True)
     data = json_col()
     created_at = time_col(nullable=False, now_default=True)
+    shard = shard_col()
 
 
 RunEvents = RunEventsColumns(
     "run_events",
-    PrimaryKeyConstraint("run_id", "seq"),
-    ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+    PrimaryKeyConstraint("shard", "run_id", "seq"),
+    ForeignKeyConstraint(["shard", "run_id"], ["runs.shard", "runs.id"], ondelete="CASCADE"),
     postgresql_partition_by="RANGE (run_id)",
 )
 """A run's history: (run_id, seq) gap-free, appended under the run's row lock."""
@@ -291,14 +307,18 @@ class DecideQueueColumns(TableColumns):
     failures = int_col(default=0)  # failed decisions in a row: the back-off's exponent
     last_error = text_col(nullable=True)
     quarantined_at = time_col()  # set after too many failures: out of the take until resumed
+    shard = shard_col()
 
 
 DecideQueue = DecideQueueColumns(
     "decide_queue",
-    PrimaryKeyConstraint("run_id"),
-    # The decider loop's claim: oldest available first, quarantined rows left out.
+    PrimaryKeyConstraint("shard", "run_id"),
+    # The decider loop's take within one key: oldest available first, quarantined left out.
     Index(
-        "ix_decide_queue_decider", "available_at", postgresql_where=text("quarantined_at IS NULL")
+        "ix_decide_queue_decider",
+        "shard",
+        "available_at",
+        postgresql_where=text("quarantined_at IS NULL"),
     ),
     # `legato runs list --quarantined`.
     Index(
@@ -322,22 +342,25 @@ class TaskQueueColumns(TableColumns):
     available_at = time_col(nullable=False, now_default=True)
     lease_owner = text_col(nullable=True)
     lease_expires_at = time_col()
+    shard = shard_col()
 
 
 TaskQueue = TaskQueueColumns(
     "task_queue",
-    PrimaryKeyConstraint("queue", "task_id"),
-    # The worker loop's claim: unleased rows only, so leased work leaves the index.
+    PrimaryKeyConstraint("shard", "queue", "task_id"),
+    # The worker loop's claim within one key: unleased rows only, so leased work leaves it.
     Index(
         "ix_task_queue_dequeue",
+        "shard",
         "queue",
         text("priority DESC"),
         "available_at",
         postgresql_where=text("lease_expires_at IS NULL"),
     ),
-    # The lease sweeper: leased rows by expiry.
+    # The lease sweeper, within one key: leased rows by expiry.
     Index(
         "ix_task_queue_leased",
+        "shard",
         "lease_expires_at",
         postgresql_where=text("lease_expires_at IS NOT NULL"),
     ),
@@ -356,13 +379,14 @@ class TimersColumns(TableColumns):
     attempt = int_col()
     kind: Column[TimerKind] = enum_col(TimerKind)
     due_at = time_col(nullable=False)
+    shard = shard_col()
 
 
 Timers = TimersColumns(
     "timers",
-    PrimaryKeyConstraint("fire_at", "id"),
+    PrimaryKeyConstraint("shard", "fire_at", "id"),
     enum_check("kind", TimerKind),
-    # The timer loop's claim (due timers by fire time) is served by the primary key.
+    # The timer loop's claim within one key (due timers by fire time): the primary key.
     postgresql_partition_by="RANGE (fire_at)",
 )
 """Sleeps, event timeouts and task timeouts; PARTITION BY RANGE (fire_at), daily."""
@@ -376,11 +400,12 @@ class IdempotencyKeysColumns(TableColumns):
     run_id = uuid_col()
     created_at = time_col(nullable=False, now_default=True)
     expires_at = time_col(nullable=False)
+    shard = shard_col()  # the start's key: Shards.of_key(shard_key or idempotency key)
 
 
 IdempotencyKeys = IdempotencyKeysColumns(
     "idempotency_keys",
-    PrimaryKeyConstraint("namespace", "key"),
+    PrimaryKeyConstraint("shard", "namespace", "key"),
     # The maintenance loop's pruning of expired keys.
     Index(None, "expires_at"),
 )
@@ -419,15 +444,17 @@ class OutboxColumns(TableColumns):
     next_attempt_at = time_col(nullable=False, now_default=True)
     last_error = text_col(nullable=True)
     dead_lettered_at = time_col()
+    shard = shard_col()
 
 
 Outbox = OutboxColumns(
     "outbox",
-    PrimaryKeyConstraint("id"),
+    PrimaryKeyConstraint("shard", "id"),
     ForeignKeyConstraint(["endpoint_id"], ["webhook_endpoints.id"], ondelete="CASCADE"),
-    # The relay loop's claim: due deliveries, oldest first; dead letters leave it.
+    # The relay loop's claim within one key: due deliveries, oldest first; not dead letters.
     Index(
         "ix_outbox_relay_due",
+        "shard",
         "next_attempt_at",
         postgresql_where=text("dead_lettered_at IS NULL"),
     ),
@@ -548,3 +575,39 @@ TaskCache = TaskCacheColumns(
     Index(None, "expires_at"),
 )
 """Cached task outputs by (task name, input key), reused until ``expires_at``."""
+
+
+class InstallationColumns(TableColumns):
+    """Columns of ``installation`` (migration 0011): one row."""
+
+    id: Column[bool] = Column(Boolean, nullable=False, server_default=text("true"))
+    shard_count: Column[int] = Column(SmallInteger, nullable=False)
+    created_at = time_col(nullable=False, now_default=True)
+
+
+Installation = InstallationColumns(
+    "installation",
+    PrimaryKeyConstraint("id"),
+    CheckConstraint("id", name="one_row"),
+)
+"""What was fixed when the schema was created: the number of shard keys. Read once by
+every Client and Runtime at connect (``legato.db.check_database``)."""
+
+
+class ShardOwnersColumns(TableColumns):
+    """Columns of ``shard_owners`` (migration 0011)."""
+
+    role = text_col()  # "decider", "timer", "sweeper", "relay", "worker:<queue>"
+    owner = text_col()  # one loop of one process
+    shards: Column[list[int]] = Column(ARRAY(SmallInteger), nullable=False)
+    expires_at = time_col(nullable=False)
+
+
+ShardOwners = ShardOwnersColumns(
+    "shard_owners",
+    PrimaryKeyConstraint("role", "owner"),
+)
+"""Which loop holds which shard keys, per role, under an expiring lease: a row is a
+live member of its role; the keys are shared out fairly among a role's members
+(``legato.engine.shard_share``). A lease routes work, it never guards it: the row locks
+of the queues keep two holders of one key from doing the same work twice."""
