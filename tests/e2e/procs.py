@@ -47,7 +47,7 @@ async def serve(
     database_url: str,
     concurrency: int,
     lease: float,
-    shard_lease: float = 15.0,
+    shard_lease: float = 2.0,
 ) -> None:
     """Run ``app``'s ``roles`` until SIGTERM/SIGINT, polling fast so tests wait little
     (shared with ``tests.e2e.txprocs``)."""
@@ -83,7 +83,7 @@ if __name__ == "__main__":
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--lease", type=float, default=30.0)
-    parser.add_argument("--shard-lease", type=float, default=15.0)
+    parser.add_argument("--shard-lease", type=float, default=2.0)
     parser.add_argument("--pause-decision")
     parser.add_argument("--app", default="tests.e2e.flows", help="module whose `app` to serve")
     logging.basicConfig(level=logging.WARNING)
