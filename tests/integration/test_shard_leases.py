@@ -17,6 +17,7 @@ from legato.db import create_engine
 from legato.engine.loops.shard_leases import DEFAULT_SHARD_TTL, ShardLease
 from legato.engine.loops.supervision import RestartPolicy
 from legato.engine.repositories import shard_owners
+from legato.errors import ConfigurationError
 from legato.schema.shards import Shards
 from tests.helpers import eventually
 
@@ -66,7 +67,8 @@ async def test_a_lone_keeper_holds_every_key_and_says_so(
     engine: AsyncEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="legato")
-    (keeper,) = _keepers(engine, "decider", ["d-1"])
+    changes: list[Sequence[int]] = []
+    keeper = ShardLease(engine, "decider", "d-1", EIGHT, on_change=changes.append)
     assert keeper.held() == ()
     outcome = await keeper.start_round()
     assert outcome.shards == frozenset(range(8)) and outcome.settled
@@ -75,6 +77,21 @@ async def test_a_lone_keeper_holds_every_key_and_says_so(
     assert "decider d-1 now holds shards 0-7 (of 8)" in caplog.messages
     await keeper.start_round()  # a renewal changes nothing and says nothing
     assert caplog.messages.count("decider d-1 now holds shards 0-7 (of 8)") == 1
+    assert changes == [tuple(range(8))]
+    await keeper.on_stop()
+    assert changes == [tuple(range(8)), ()]
+    assert await _rows(engine, "decider") == {}
+
+
+@pytest.mark.parametrize(
+    ("role", "owner", "ttl"),
+    [("", "o", DEFAULT_SHARD_TTL), ("r", "", DEFAULT_SHARD_TTL), ("r", "o", timedelta(0))],
+)
+def test_a_lease_is_checked_when_it_is_made(
+    engine: AsyncEngine, role: str, owner: str, ttl: timedelta
+) -> None:
+    with pytest.raises(ConfigurationError, match="ShardLease"):
+        ShardLease(engine, role, owner, EIGHT, ttl=ttl)
 
 
 async def test_three_keepers_converge_to_a_partition_and_a_graceful_stop_hands_over(
