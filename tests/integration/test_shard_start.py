@@ -15,7 +15,19 @@ import pytest_asyncio
 from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato import App, Client, Flow, InvalidArgument, Node, TaskContext, task, uuid7, workflow
+from legato import (
+    App,
+    Client,
+    Flow,
+    InvalidArgument,
+    Node,
+    TaskContext,
+    migrations,
+    task,
+    uuid7,
+    workflow,
+)
+from legato.db import create_engine
 from legato.schema import DecideQueue, IdempotencyKeys, RunEvents, Runs, Shards, Signals
 from tests.helpers import count_rows
 
@@ -184,3 +196,19 @@ async def test_a_signal_lands_in_its_runs_key(client: Client, engine: AsyncEngin
     assert keys == {handle.run_id: shards.of_key("tenant-e")}
     history = await client.history(handle.run_id)
     assert [e.type for e in history] == ["run_started"]
+
+
+async def test_a_schema_made_with_four_keys_starts_runs_in_them(empty_database_url: str) -> None:
+    engine = create_engine(empty_database_url, "legato")
+    try:
+        await migrations.upgrade(engine, "legato", shard_count=4)
+        async with Client(engine) as client:
+            assert await client.shards() == Shards(4)
+            handles = await client.start_many(one, list(range(16)))
+            keyed = await client.start(one, 1, shard_key="tenant-f")
+        keys = await _keys(engine, Runs.table, Runs.id)
+        assert set(keys.values()) <= {0, 1, 2, 3}
+        assert keys[keyed.run_id] == Shards(4).of_key("tenant-f")
+        assert all(keys[h.run_id] == Shards(4).of_run(h.run_id) for h in handles)
+    finally:
+        await engine.dispose()
