@@ -96,7 +96,7 @@ from legato.models import (
 )
 from legato.observability import tracing
 from legato.run_wakeups import RunWakeups, woken
-from legato.schema import RunStatus, uuid7
+from legato.schema import RunStatus, Shards
 from legato.schema.types import strip_nul
 from legato.starting import SpecVersions, start_connection
 
@@ -149,6 +149,7 @@ class Client:
         idempotency_retention: timedelta = timedelta(days=30),
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         owns_engine: bool = False,
+        shards: Shards | None = None,
     ) -> None:
         self.schema = engine_schema(engine, "Client(engine)")
         if app is not None and not isinstance(app, App):
@@ -168,6 +169,9 @@ class Client:
         self._versions = SpecVersions()
         self._driver = DriverStatements(engine)
         self._bounds: list[tuple[uuid.UUID, uuid.UUID]] | None = None
+        # The installation's shard keys: from check_database at connect, else read on
+        # first use (a client made from an engine). Fixed for the schema's lifetime.
+        self._shards = shards
         # A run's workflow never changes: signalling a run again needs no read.
         self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
 
@@ -189,7 +193,7 @@ class Client:
         engine = create_engine(database_url, schema)
         try:
             async with connect(engine) as conn:
-                await check_database(conn, resolve_schema(schema))
+                shards = await check_database(conn, resolve_schema(schema))
         except BaseException:
             await engine.dispose()
             raise
@@ -199,7 +203,19 @@ class Client:
             max_payload_bytes=max_payload_bytes,
             poll_interval=poll_interval,
             owns_engine=True,
+            shards=shards,
         )
+
+    async def shards(self) -> Shards:
+        """The installation's shard keys (``legato.schema.shards``), read once: at
+        ``connect``, or on first use by a client made from an engine."""
+        if self._shards is None:
+            self._shards = await self._read(runs.installed_shards)
+        return self._shards
+
+    async def _shard_of(self, run_id: uuid.UUID) -> int:
+        """The key of run ``run_id`` (and of every row of it): read from the id."""
+        return (await self.shards()).of_run(run_id)
 
     async def _explain(self, error: DBAPIError) -> None:
         """Raise ``IncompatibleDatabase`` when ``error`` is a missing table or column and
@@ -247,6 +263,7 @@ class Client:
         run_id: RunId | None = None,
         start_at: datetime | None = None,
         connection: AsyncConnection | None = None,
+        shard_key: str | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -259,6 +276,7 @@ class Client:
         run_id: RunId | None = None,
         start_at: datetime | None = None,
         connection: AsyncConnection | None = None,
+        shard_key: str | None = None,
     ) -> RunHandle[JsonValue]: ...
 
     async def start(
@@ -270,6 +288,7 @@ class Client:
         run_id: RunId | None = None,
         start_at: datetime | None = None,
         connection: AsyncConnection | None = None,
+        shard_key: str | None = None,
     ) -> RunHandle[Any]:
         """Start a run and return its handle.
 
@@ -283,8 +302,18 @@ class Client:
         (the caller's, in a transaction the caller commits) the run, its idempotency key
         and its wake-up are written in that transaction: the run exists if and only if
         the caller commits.
+
+        ``shard_key`` (a tenant or account id) puts the run in that key's shard: runs
+        started with one ``shard_key`` share a key (and so, on a distributed PostgreSQL,
+        a node). Without it, a start with an ``idempotency_key`` takes that key's shard
+        (so a retry finds the key), else any. A given ``run_id`` must already lie in
+        that shard (``InvalidArgument`` otherwise): omit it, or make it with
+        ``(await client.shards()).new_run_id(shards.of_key(shard_key))``. Retry an
+        idempotent start with the same ``shard_key`` as the first.
         """
-        return await self._start_run(workflow, input, idempotency_key, run_id, start_at, connection)
+        return await self._start_run(
+            workflow, input, idempotency_key, run_id, start_at, connection, shard_key
+        )
 
     @_schema_explained
     async def _start_run(
@@ -295,6 +324,7 @@ class Client:
         run_id: RunId | None,
         start_at: datetime | None,
         connection: AsyncConnection | None,
+        shard_key: str | None,
     ) -> RunHandle[Any]:
         _check_connection(connection)
         name, definition = self._target(workflow)
@@ -304,15 +334,41 @@ class Client:
         if start_at is not None:
             check_aware("start_at", start_at)
         given_id = None if run_id is None else as_run_id(run_id)
+        shards = await self.shards()
+        chosen = None
+        if shard_key is not None:
+            chosen = shards.of_key(shard_key)
+        elif idempotency_key is not None:
+            chosen = shards.of_key(idempotency_key)
         if given_id is not None:
+            if chosen is not None and shards.of_run(given_id) != chosen:
+                by = (
+                    f"shard_key={shard_key!r}"
+                    if shard_key is not None
+                    else f"idempotency_key={idempotency_key!r}"
+                )
+                raise InvalidArgument(
+                    f"run_id {given_id} lies in shard {shards.of_run(given_id)}, but {by} "
+                    f"puts the run in shard {chosen}: omit run_id, or generate it with the "
+                    f"key (Shards.new_run_id({chosen}), from await client.shards())"
+                )
             await self._check_run_id(given_id)
-        new_id = given_id or uuid7()
+        new_id = given_id or shards.new_run_id(chosen)
+        shard = shards.of_run(new_id)
         try:
             return await self._start_one(
-                workflow, name, definition, payload, new_id, idempotency_key, start_at, connection
+                workflow,
+                name,
+                definition,
+                payload,
+                shard,
+                new_id,
+                idempotency_key,
+                start_at,
+                connection,
             )
         except IntegrityError:
-            if given_id is None or await self._read(lambda c: runs.get(c, given_id)) is None:
+            if given_id is None or await self._read(lambda c: runs.get(c, shard, given_id)) is None:
                 raise
             raise RunAlreadyExists(
                 f"a run with id {given_id} already exists: run ids are unique, so pass a "
@@ -325,6 +381,7 @@ class Client:
         name: str,
         definition: WorkflowDefinition | None,
         payload: JsonValue,
+        shard: int,
         new_id: uuid.UUID,
         idempotency_key: str | None,
         start_at: datetime | None,
@@ -342,10 +399,10 @@ class Client:
         if version is not None and idempotency_key is None:
             # The common case is one statement, atomic on its own: one round trip.
             if connection is None:
-                await runs.start_one(self._driver, new, "started")
+                await runs.start_one(self._driver, shard, new, "started")
             else:
                 async with start_connection(connection, self._autocommit, self.schema) as conn:
-                    await self._start(conn, [new])
+                    await self._start(conn, shard, [new])
             return RunHandle(self, new_id, _typed(workflow))
         async with start_connection(connection, self.engine.begin, self.schema) as conn:
             if own is not None:
@@ -361,6 +418,7 @@ class Client:
             if idempotency_key is not None:
                 existing = await idempotency_keys.claim(
                     conn,
+                    shard,
                     name,
                     idempotency_key,
                     new_id,
@@ -368,7 +426,7 @@ class Client:
                 )
                 if existing is not None:
                     return RunHandle(self, existing, _typed(workflow))
-            await self._start(conn, [replace(new, workflow_version=version)])
+            await self._start(conn, shard, [replace(new, workflow_version=version)])
         if own is not None and connection is None:
             self._versions.remember(own, version)
         return RunHandle(self, new_id, _typed(workflow))
@@ -380,9 +438,13 @@ class Client:
         inputs: Sequence[In],
         *,
         connection: AsyncConnection | None = None,
+        shard_key: str | None = None,
     ) -> list[RunHandle[Out]]:
-        """Start many runs of one workflow in one transaction (one round trip per table);
-        with ``connection``, in the caller's transaction, as ``start``."""
+        """Start many runs of one workflow in one transaction: one statement per shard
+        key they fall in (a statement writes every table of its runs). With
+        ``shard_key`` every run goes to that key's shard, so the batch is one
+        statement; without, the runs spread over the keys. With ``connection``, in the
+        caller's transaction, as ``start``."""
         if not isinstance(workflow, WorkflowDefinition):
             raise InvalidArgument(
                 f"start_many() takes a Workflow object, not {workflow!r} "
@@ -399,27 +461,34 @@ class Client:
                 payloads.append(self._validated_input(workflow, workflow.name, item))
             except (InvalidInput, PayloadTooLarge) as error:
                 raise type(error)(f"start_many() item {i}: {error}") from None
+        shards = await self.shards()
+        chosen = None if shard_key is None else shards.of_key(shard_key)
         if not payloads:
             return []
-        ids = [uuid7() for _ in payloads]
+        ids = [shards.new_run_id(chosen) for _ in payloads]
+        by_shard: dict[int, list[tuple[uuid.UUID, JsonValue]]] = {}
+        for run_id, payload in zip(ids, payloads, strict=True):
+            by_shard.setdefault(shards.of_run(run_id), []).append((run_id, payload))
         trace = tracing.capture()
         if connection is not None:
             await self._versions.stored(self.engine, workflow)
         async with start_connection(connection, self.engine.begin, self.schema) as conn:
             version = await self._versions.version_of(conn, workflow)
-            await self._start(
-                conn,
-                [
-                    runs.NewRun(run_id, workflow.name, version, payload, trace_context=trace)
-                    for run_id, payload in zip(ids, payloads, strict=True)
-                ],
-            )
+            for shard, group in sorted(by_shard.items()):
+                await self._start(
+                    conn,
+                    shard,
+                    [
+                        runs.NewRun(run_id, workflow.name, version, payload, trace_context=trace)
+                        for run_id, payload in group
+                    ],
+                )
         if connection is None:
             self._versions.remember(workflow, version)
         return [RunHandle(self, run_id, workflow) for run_id in ids]
 
-    async def _start(self, conn: AsyncConnection, new_runs: list[runs.NewRun]) -> None:
-        await runs.start_runs(conn, new_runs, "started")
+    async def _start(self, conn: AsyncConnection, shard: int, new_runs: list[runs.NewRun]) -> None:
+        await runs.start_runs(conn, shard, new_runs, "started")
 
     def _target(self, workflow: object) -> tuple[str, WorkflowDefinition | None]:
         """The workflow's name, and the definition that validates its input."""
@@ -473,15 +542,16 @@ class Client:
         run_id = as_run_id(run_id)
         check_name("signal name", name, InvalidArgument)
         what = f"signal {name!r}"
+        shard = await self._shard_of(run_id)
         workflow_name = self._workflow_of.get(run_id)
         if workflow_name is None and self.app is not None:
             # The payload is checked against the model of the run's workflow.
-            run = await self._read(lambda conn: self._running(conn, run_id, what))
+            run = await self._read(lambda conn: self._running(conn, shard, run_id, what))
             workflow_name = run.workflow_name
         data = self._signal_payload(workflow_name, name, payload)
-        if not await signals.send_now(self._driver, run_id, name, data):
+        if not await signals.send_now(self._driver, shard, run_id, name, data):
             self._workflow_of.pop(run_id, None)
-            await self._read(lambda conn: self._running(conn, run_id, what))  # says why
+            await self._read(lambda conn: self._running(conn, shard, run_id, what))  # says why
             raise RunFinished(f"cannot {what}: run {run_id} has just finished")
         if workflow_name is None:
             return
@@ -497,11 +567,15 @@ class Client:
         A run that already has an unconsumed ``name`` signal (an earlier emit its
         decider has not taken yet) is skipped, so emitting twice in a row does not
         satisfy a later wait for the same event.
+
+        Fan-out across shard keys: the waiting runs are found in one statement over
+        every key, then signalled with one statement per key they fall in.
         """
         check_name("event name", name, InvalidArgument)
         # Checked before any run is found waiting: a payload no run could take is refused
         # even while none waits (each waiting run's model checks it again below).
         self._sized(_plain(payload), f"payload of event {name!r}")
+        shards = await self.shards()
         async with self.engine.begin() as conn:
             waiting = await tasks.open_waits(conn, name)
             # Each workflow checks the payload against its own event model, once.
@@ -509,10 +583,11 @@ class Client:
                 workflow: self._signal_payload(workflow, name, payload)
                 for workflow in sorted(set(waiting.values()))
             }
-            deliveries = [
-                signals.Delivery(run_id, data[workflow]) for run_id, workflow in waiting.items()
-            ]
-            return await signals.send_many(conn, name, deliveries)
+            reached: list[uuid.UUID] = []
+            for shard, run_ids in shards.group(waiting).items():
+                deliveries = [signals.Delivery(i, data[waiting[i]]) for i in run_ids]
+                reached += await signals.send_many(conn, shard, name, deliveries)
+            return sorted(reached)
 
     def _signal_payload(self, workflow_name: str | None, name: str, payload: Any) -> JsonValue:
         definition = (
@@ -535,17 +610,19 @@ class Client:
         fixing what made it fail); False if the run is not quarantined. Raises
         ``RunNotFound`` for an unknown run."""
         run_id = as_run_id(run_id)
+        shard = await self._shard_of(run_id)
         async with self.engine.begin() as conn:
-            if await decide_queue.resume(conn, run_id):
+            if await decide_queue.resume(conn, shard, run_id):
                 return True
-            if await runs.get(conn, run_id) is None:
+            if await runs.get(conn, shard, run_id) is None:
                 raise RunNotFound(f"no run {run_id}")
         return False
 
     @_schema_explained
     async def list_quarantined(self, limit: int = 50) -> list[QuarantinedRun]:
         """Runs whose decisions failed too often in a row, most recently parked first,
-        each with its last error (``legato runs list --quarantined``)."""
+        each with its last error (``legato runs list --quarantined``). Fan-out across
+        shard keys: one statement over every key."""
         check_limit(limit)
         parked = await self._read(lambda conn: decide_queue.quarantined(conn, limit))
         return [quarantined_from_row(row) for row in parked]
@@ -555,10 +632,11 @@ class Client:
         """Ask a running run to cancel: pending work is cancelled, running tasks are
         interrupted, and the run finishes CANCELLED."""
         run_id = as_run_id(run_id)
+        shard = await self._shard_of(run_id)
         async with self.engine.begin() as conn:
-            await self._running(conn, run_id, "cancel")
-            await decide_queue.enqueue(conn, [run_id], "cancel requested")
-            if not await runs.request_cancel(conn, run_id):
+            await self._running(conn, shard, run_id, "cancel")
+            await decide_queue.enqueue(conn, shard, [run_id], "cancel requested")
+            if not await runs.request_cancel(conn, shard, run_id):
                 raise RunFinished(f"run {run_id} has already finished; nothing to cancel")
 
     @contextlib.asynccontextmanager
@@ -581,8 +659,10 @@ class Client:
         async with self._autocommit() as conn:
             return await read(conn)
 
-    async def _running(self, conn: AsyncConnection, run_id: uuid.UUID, what: str) -> RunRow:
-        run = await runs.get(conn, run_id)
+    async def _running(
+        self, conn: AsyncConnection, shard: int, run_id: uuid.UUID, what: str
+    ) -> RunRow:
+        run = await runs.get(conn, shard, run_id)
         if run is None:
             raise RunNotFound(f"no run {run_id}")
         if run.status is not RunStatus.RUNNING:
@@ -624,7 +704,8 @@ class Client:
 
     async def _finished(self, run_id: uuid.UUID) -> RunRow | None:
         """The run's row once it has finished; None while it runs."""
-        run = await self._read(lambda conn: runs.get(conn, run_id))
+        shard = await self._shard_of(run_id)
+        run = await self._read(lambda conn: runs.get(conn, shard, run_id))
         if run is None:
             raise RunNotFound(f"no run {run_id}")
         return None if run.status is RunStatus.RUNNING else run
@@ -638,9 +719,16 @@ class Client:
 
     async def _pages(self, run_id: uuid.UUID, after_seq: int) -> AsyncIterator[HistoryEvent]:
         """The run's events after ``after_seq``, read page by page to the current end."""
+        shard = await self._shard_of(run_id)
         while True:
             page = await self._read(
-                partial(run_events.history, run_id=run_id, after_seq=after_seq, limit=_HISTORY_PAGE)
+                partial(
+                    run_events.history,
+                    shard=shard,
+                    run_id=run_id,
+                    after_seq=after_seq,
+                    limit=_HISTORY_PAGE,
+                )
             )
             for row in page:
                 yield event_from_row(row)
@@ -669,7 +757,8 @@ class Client:
     async def _follow(self, run_id: RunId, after_seq: int) -> AsyncGenerator[HistoryEvent, None]:
         run_id = as_run_id(run_id)
         seq = check_after_seq(after_seq)
-        if await self._read(lambda conn: runs.get(conn, run_id)) is None:
+        shard = await self._shard_of(run_id)
+        if await self._read(lambda conn: runs.get(conn, shard, run_id)) is None:
             raise RunNotFound(f"no run {run_id}")
         async with self._wakeups.watching(run_id) as wake:
             finished = False
@@ -692,16 +781,18 @@ class Client:
     async def get_run(self, run_id: RunId) -> RunDetails:
         """A run with its attempts and history (``legato runs show``)."""
         run_id = as_run_id(run_id)
+        shard = await self._shard_of(run_id)
 
         async def read(conn: AsyncConnection) -> RunDetails:
-            run = await runs.get(conn, run_id)
+            run = await runs.get(conn, shard, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
-            rows = (await tasks.load_many(conn, [run_id]))[run_id]
+            rows = (await tasks.load_many(conn, shard, [run_id]))[run_id]
+            events = await run_events.history(conn, shard, run_id)
             return RunDetails(
                 run=run_from_row(run),
                 tasks=[attempt_from_row(row) for row in rows],
-                history=[event_from_row(e) for e in await run_events.history(conn, run_id)],
+                history=[event_from_row(e) for e in events],
             )
 
         return await self._read(read)
@@ -711,7 +802,8 @@ class Client:
         """A run's history events after ``after_seq`` (at most 10,000; page on by seq)."""
         run_id = as_run_id(run_id)
         seq = check_after_seq(after_seq)
-        page = await self._read(lambda conn: run_events.history(conn, run_id, seq))
+        shard = await self._shard_of(run_id)
+        page = await self._read(lambda conn: run_events.history(conn, shard, run_id, seq))
         return [event_from_row(row) for row in page]
 
     @_schema_explained
@@ -723,7 +815,8 @@ class Client:
         before: RunId | None = None,
         limit: int = 50,
     ) -> RunPage:
-        """Runs newest first, filtered, keyset-paginated by run id."""
+        """Runs newest first, filtered, keyset-paginated by run id. Fan-out across shard
+        keys: each page is one statement over every key, in run-id order."""
         check_limit(limit)
         if workflow is not None:
             check_name("workflow name", workflow, InvalidArgument)

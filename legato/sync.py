@@ -128,6 +128,7 @@ class SyncClient:
         idempotency_key: str | None = None,
         run_id: RunId | None = None,
         start_at: datetime | None = None,
+        shard_key: str | None = None,
     ) -> SyncRunHandle[Out]: ...
 
     @overload
@@ -139,6 +140,7 @@ class SyncClient:
         idempotency_key: str | None = None,
         run_id: RunId | None = None,
         start_at: datetime | None = None,
+        shard_key: str | None = None,
     ) -> SyncRunHandle[JsonValue]: ...
 
     def start(
@@ -149,6 +151,7 @@ class SyncClient:
         idempotency_key: str | None = None,
         run_id: RunId | None = None,
         start_at: datetime | None = None,
+        shard_key: str | None = None,
     ) -> SyncRunHandle[Any]:
         """``Client.start``."""
         handle: RunHandle[Any] = self._call(
@@ -158,15 +161,16 @@ class SyncClient:
                 idempotency_key=idempotency_key,
                 run_id=run_id,
                 start_at=start_at,
+                shard_key=shard_key,
             )
         )
         return SyncRunHandle(self, handle)
 
     def start_many(
-        self, workflow: Workflow[In, Out], inputs: Sequence[In]
+        self, workflow: Workflow[In, Out], inputs: Sequence[In], *, shard_key: str | None = None
     ) -> list[SyncRunHandle[Out]]:
         """``Client.start_many``."""
-        handles = self._call(self.client.start_many(workflow, inputs))
+        handles = self._call(self.client.start_many(workflow, inputs, shard_key=shard_key))
         return [SyncRunHandle(self, handle) for handle in handles]
 
     def signal(self, run_id: RunId, name: str, payload: Any = None) -> None:

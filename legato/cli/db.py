@@ -18,6 +18,7 @@ from legato.cli import command, group, nonempty, number_in, shown
 from legato.db import create_engine, resolve_schema, resolve_url, schema_mismatch
 from legato.engine.repositories import partitions
 from legato.outages import as_unavailable
+from legato.schema.shards import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
 
 
 @asynccontextmanager
@@ -37,7 +38,10 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, 
 
 
 async def _upgrade(args: argparse.Namespace) -> int:
-    return await _migrate(args, migrations.upgrade)
+    async def upgrade(engine: AsyncEngine, schema: str, revision: str) -> None:
+        await migrations.upgrade(engine, schema, revision, shard_count=args.shards)
+
+    return await _migrate(args, upgrade)
 
 
 async def _downgrade(args: argparse.Namespace) -> int:
@@ -52,7 +56,9 @@ async def _migrate(
     async with _engine(args) as (engine, schema):
         await step(engine, schema, args.revision)
         state = await migrations.state(engine, schema)
-    print(f"schema {schema!r} is at {', '.join(state.current) or 'base'}")
+        count = await migrations.recorded_shard_count(engine, schema)
+    keys = "" if count is None else f", with {count} shard keys"
+    print(f"schema {schema!r} is at {', '.join(state.current) or 'base'}{keys}")
     return 0
 
 
@@ -125,6 +131,17 @@ def register(commands: Any) -> None:
     )
     upgrade.add_argument(
         "--revision", type=nonempty, default="head", help="target revision (default: head)"
+    )
+    upgrade.add_argument(
+        "--shards",
+        type=number_in(int, 1, MAX_SHARD_COUNT, f"a number of shard keys (1 to {MAX_SHARD_COUNT})"),
+        default=None,
+        metavar="N",
+        help=(
+            "number of shard keys, fixed when the schema's keys are created (default: "
+            f"$LEGATO_SHARD_COUNT, else {DEFAULT_SHARD_COUNT}); on a schema that has its "
+            "keys, a different N is refused"
+        ),
     )
     downgrade = command(
         db_commands,

@@ -233,7 +233,12 @@ async def _runs_start(args: argparse.Namespace) -> int:
         except InputValidationError as error:
             raise InvalidInput(str(error)) from None
     async with connected(args) as client:
-        handle = await client.start(args.workflow, payload, idempotency_key=args.idempotency_key)
+        handle = await client.start(
+            args.workflow,
+            payload,
+            idempotency_key=args.idempotency_key,
+            shard_key=args.shard_key,
+        )
         print(handle.run_id, flush=True)
         if args.wait:
             try:
@@ -401,6 +406,12 @@ input model for that workflow. With --idempotency-key, starting again returns th
     )
     start.add_argument(
         "--idempotency-key", type=nonempty, metavar="KEY", help="start at most one run per key"
+    )
+    start.add_argument(
+        "--shard-key",
+        type=nonempty,
+        metavar="KEY",
+        help="put the run in this key's shard key (a tenant); runs of one key stay together",
     )
     add_app(start, required=False, what="; validates the input")
     start.add_argument("--wait", action="store_true", help="wait for the run and print its output")

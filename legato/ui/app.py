@@ -150,10 +150,11 @@ class Dashboard:
 
     async def run_view(self, run_id: uuid.UUID) -> views.RunView:
         details = await self.client.get_run(run_id)
+        shard = (await self.client.shards()).of_run(run_id)
         attempts: list[ui_queries.Attempt] = await self.read(
-            lambda c: ui_queries.attempts(c, run_id)
+            lambda c: ui_queries.attempts(c, shard, run_id)
         )
-        quarantine = await self.read(lambda c: ui_queries.quarantine_of(c, run_id))
+        quarantine = await self.read(lambda c: ui_queries.quarantine_of(c, shard, run_id))
         stored = await self.spec(details.run.workflow_name, details.run.workflow_version)
         svg = None
         if stored is not None and stored.spec is not None:
@@ -231,7 +232,8 @@ class Dashboard:
                 ) from None
             if which not in ("input", "output"):
                 raise InvalidArgument(f"of={of[:80]!r}: end it with :input or :output")
-            found = await self.read(lambda c: ui_queries.task_payload(c, run_id, task_id))
+            shard = (await self.client.shards()).of_run(run_id)
+            found = await self.read(lambda c: ui_queries.task_payload(c, shard, run_id, task_id))
             if found is None:
                 raise RunNotFound(f"run {run_id} has no attempt {task_id}")
             value = found[0] if which == "input" else found[1]

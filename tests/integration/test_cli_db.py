@@ -138,3 +138,24 @@ def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> N
         assert "Traceback" not in outcome.stderr
     assert "not a date" in bad_date.stderr
     assert "not a number of months" in bad_ahead.stderr
+
+
+async def test_upgrade_fixes_the_shard_count_and_refuses_another(empty_database_url: str) -> None:
+    url = empty_database_url
+    upgraded = await run_legato("db", "upgrade", "--shards", "8", database_url=url)
+    assert upgraded.status == 0, upgraded.stderr
+    assert f"schema 'legato' is at {HEAD_REVISION}, with 8 shard keys" in upgraded.stdout
+    again = await run_legato("db", "upgrade", "--shards", "8", database_url=url)
+    assert again.status == 0, again.stderr
+    other = await run_legato("db", "upgrade", "--shards", "4", database_url=url)
+    assert_one_line_error(other, "created with 8 shard keys, not 4")
+    # Omitted, the recorded count stands.
+    plain = await run_legato("db", "upgrade", database_url=url)
+    assert "with 8 shard keys" in plain.stdout
+
+
+def test_a_shard_count_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "257", "x"):
+        outcome = run_main(capsys, "db", "upgrade", "--shards", bad)
+        assert outcome.status == 2, outcome
+        assert "a number of shard keys (1 to 256)" in outcome.stderr

@@ -39,10 +39,24 @@ async def test_idempotency_keys_prune_deletes_only_expired_keys_up_to_the_limit(
         await conn.execute(
             insert(IdempotencyKeys.table),
             [
-                {"namespace": "ns", "key": f"old{n}", "run_id": uuid.uuid4(), "expires_at": past}
+                {
+                    "shard": n % 2,
+                    "namespace": "ns",
+                    "key": f"old{n}",
+                    "run_id": uuid.uuid4(),
+                    "expires_at": past,
+                }
                 for n in range(3)
             ]
-            + [{"namespace": "ns", "key": "live", "run_id": uuid.uuid4(), "expires_at": future}],
+            + [
+                {
+                    "shard": 0,
+                    "namespace": "ns",
+                    "key": "live",
+                    "run_id": uuid.uuid4(),
+                    "expires_at": future,
+                }
+            ],
         )
         assert await idempotency_keys.prune(conn, limit=2) == 2
         assert await idempotency_keys.prune(conn) == 1

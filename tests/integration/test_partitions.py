@@ -18,6 +18,7 @@ from legato.schema import (
     RunEvents,
     Runs,
     RunStatus,
+    Shards,
     Signals,
     Tasks,
     TaskState,
@@ -74,6 +75,7 @@ async def test_concurrent_ensure_reports_each_partition_once(engine: AsyncEngine
 async def _past_month_with_a_run(engine: AsyncEngine) -> uuid.UUID:
     suffix = f"{PAST:%Y%m}"
     run_id = uuid7(at_ms=_ms(datetime(2024, 1, 15, tzinfo=UTC)))
+    shard = Shards(16).of_run(run_id)  # the template database has the default 16 keys
     async with engine.begin() as conn:
         for table in RUN_SCOPED:
             await conn.exec_driver_sql(
@@ -88,11 +90,16 @@ async def _past_month_with_a_run(engine: AsyncEngine) -> uuid.UUID:
         )
         await conn.execute(
             insert(Runs.table).values(
-                id=run_id, workflow_name="retention", workflow_version=1, status=RunStatus.RUNNING
+                id=run_id,
+                workflow_name="retention",
+                workflow_version=1,
+                status=RunStatus.RUNNING,
+                shard=shard,
             )
         )
         await conn.execute(
             insert(Tasks.table).values(
+                shard=shard,
                 run_id=run_id,
                 id=uuid7(),
                 node_id="n1",
@@ -100,8 +107,12 @@ async def _past_month_with_a_run(engine: AsyncEngine) -> uuid.UUID:
                 state=TaskState.COMPLETED,
             )
         )
-        await conn.execute(insert(Signals.table).values(run_id=run_id, id=uuid7(), name="go"))
-        await conn.execute(insert(RunEvents.table).values(run_id=run_id, seq=1, type="started"))
+        await conn.execute(
+            insert(Signals.table).values(shard=shard, run_id=run_id, id=uuid7(), name="go")
+        )
+        await conn.execute(
+            insert(RunEvents.table).values(shard=shard, run_id=run_id, seq=1, type="started")
+        )
     return run_id
 
 

@@ -115,7 +115,8 @@ async def test_a_committed_start_exists_with_the_callers_rows_and_wakes_the_deci
             assert conn.sync_connection is not None
             options = conn.sync_connection.get_execution_options()
             assert options.get("schema_translate_map") is None
-        await listener.until("")
+        # The deciders are woken with the key of the run's decide row.
+        await listener.until(str((await client.shards()).of_run(handle.run_id)))
         details = await client.get_run(handle.run_id)
         assert details.run.status is RunStatus.RUNNING
         assert details.run.input == {"email": "ada@example.com"}

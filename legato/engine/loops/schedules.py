@@ -7,6 +7,10 @@ transaction that starts the runs, and each run is started with the idempotency
 key ``schedule:<name>:<tick>`` (``legato.flow.ticks.idempotency_key``), so
 a tick that is somehow taken twice (a redeploy that moved the next tick back)
 still starts one run. No leader, no lease.
+
+A tick's run lives in the shard key of its start key (``Shards.of_key``), its
+idempotency row beside it, so each run's writes stay within one key; the schedule rows
+themselves are a global table.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from legato.errors import InvalidSchedule, UnknownSchedule
 from legato.flow import WorkflowDefinition
 from legato.flow.schedules import Schedule
 from legato.flow.ticks import idempotency_key, next_tick, plan
-from legato.schema import uuid7
+from legato.schema import Shards
 
 # How long a tick's start key is kept: far longer than any catch-up.
 KEY_RETENTION = timedelta(days=30)
@@ -61,37 +65,49 @@ async def deploy_schedules(
 
 
 async def start_scheduled(
-    conn: AsyncConnection, schedule: Schedule, keys: Sequence[str]
+    conn: AsyncConnection, shards: Shards, schedule: Schedule, keys: Sequence[str]
 ) -> list[uuid.UUID]:
     """Start one run of ``schedule``'s workflow per start key, each key at most once
-    ever (a key already used starts nothing); the runs started."""
+    ever (a key already used starts nothing); the runs started. Each run and its key's
+    idempotency row live in the start key's shard key: one claim per start key, then
+    one start statement per shard key the runs fall in."""
     version = await definitions.deployed_version(conn, schedule.workflow)
     if version is None:
         raise LookupError(f"schedule {schedule.name!r}: workflow {schedule.workflow!r} is gone")
-    started: list[runs.NewRun] = []
+    started: dict[int, list[runs.NewRun]] = {}
     for key in keys:
-        run_id = uuid7()
+        shard = shards.of_key(key)
+        run_id = shards.new_run_id(shard)
         expires = utc_now() + KEY_RETENTION
-        if await idempotency_keys.claim(conn, schedule.workflow, key, run_id, expires) is None:
-            started.append(
+        claimed = await idempotency_keys.claim(conn, shard, schedule.workflow, key, run_id, expires)
+        if claimed is None:
+            started.setdefault(shard, []).append(
                 runs.NewRun(run_id, schedule.workflow, version, schedule.input, idempotency_key=key)
             )
-    await runs.start_runs(conn, started, f"schedule {schedule.name}")
-    return [run.run_id for run in started]
+    for shard, new_runs in sorted(started.items()):
+        await runs.start_runs(conn, shard, new_runs, f"schedule {schedule.name}")
+    return [run.run_id for new_runs in started.values() for run in new_runs]
 
 
 async def fire_due(
-    conn: AsyncConnection, now: datetime, limit: int, poll_interval: timedelta
+    conn: AsyncConnection,
+    now: datetime,
+    limit: int,
+    poll_interval: timedelta,
+    shards: Shards | None = None,
 ) -> int:
     """Fire the schedules due at ``now`` by their catch-up policy and move each to its
     next tick (schedule loop, polling every ``poll_interval``); the number of schedules
-    taken."""
+    taken. The installation's keys are read when ``shards`` is not given."""
     due = await schedules.take_due(conn, now, limit)
+    if due and shards is None:
+        shards = await runs.installed_shards(conn)
     for stored in due:
+        assert shards is not None
         schedule = stored.schedule
         fire = plan(schedule.timing, schedule.policy, stored.next_fire_at, now, poll_interval)
         await start_scheduled(
-            conn, schedule, [idempotency_key(schedule.name, t) for t in fire.ticks]
+            conn, shards, schedule, [idempotency_key(schedule.name, t) for t in fire.ticks]
         )
         last = fire.ticks[-1] if fire.ticks else None
         await schedules.advance(conn, schedule.name, fire.next_fire_at, last)
@@ -111,16 +127,25 @@ class ScheduleLoop(Loop):
         poll_interval: float = 1.0,
         clock: Callable[[], datetime] = utc_now,
         restarts: RestartPolicy | None = None,
+        shards: Shards | None = None,
     ) -> None:
         super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.batch_size = batch_size
         self.clock = clock
+        # The installation's keys (the Runtime's); read on the first tick otherwise.
+        self.shards = shards
 
     async def tick(self) -> bool:
         async with self.engine.begin() as conn:
+            if self.shards is None:
+                self.shards = await runs.installed_shards(conn)
             taken = await fire_due(
-                conn, self.clock(), self.batch_size, timedelta(seconds=self.poll_interval)
+                conn,
+                self.clock(),
+                self.batch_size,
+                timedelta(seconds=self.poll_interval),
+                self.shards,
             )
         return taken >= self.batch_size
 
@@ -161,7 +186,8 @@ async def trigger(engine: AsyncEngine, name: str) -> uuid.UUID:
         if stored is None:
             raise await _known(conn, name)
         key = f"schedule:{name}:trigger:{uuid.uuid4().hex}"
-        (run_id,) = await start_scheduled(conn, stored.schedule, [key])
+        shards = await runs.installed_shards(conn)
+        (run_id,) = await start_scheduled(conn, shards, stored.schedule, [key])
         return run_id
 
 

@@ -11,9 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 async def delete_expired(
     conn: AsyncConnection, table: Table, expires_at: Column[Any], limit: int
 ) -> int:
-    """Delete at most ``limit`` rows of ``table`` whose ``expires_at`` has passed, matched
-    by primary key so each batch is one bounded statement; the caller's table has an
-    index on ``expires_at`` to serve the inner select. Returns how many were deleted."""
+    """Fan-out across shard keys (for a run-scoped table such as ``idempotency_keys``):
+    delete at most ``limit`` rows of ``table`` whose ``expires_at`` has passed, matched
+    by primary key (the key's ``shard`` first where it has one) so each batch is one
+    bounded statement; the caller's table has an index on ``expires_at`` to serve the
+    inner select. Returns how many were deleted."""
     key = tuple(table.primary_key.columns)
     expired = select(*key).where(expires_at < func.now()).limit(limit)
     result = await conn.execute(delete(table).where(tuple_(*key).in_(expired)).returning(key[0]))

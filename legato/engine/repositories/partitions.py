@@ -132,8 +132,9 @@ def check_retention_cutoff(older_than: datetime, now: datetime) -> None:
 async def drop(
     conn: AsyncConnection, older_than: datetime, dry_run: bool = False
 ) -> list[tuple[str, str]]:
-    """Drop every monthly partition set (run_events, signals, tasks, then runs) and daily timer
-    partition that ended by ``older_than``; return ``(partition, action)`` pairs where the
+    """Fan-out across shard keys: drop every monthly partition set (run_events, signals,
+    tasks, then runs) and daily timer partition that ended by ``older_than``, whatever keys
+    its rows carry; return ``(partition, action)`` pairs where the
     action is ``dropped``, ``would drop`` or ``kept: <reason>``.
 
     Called by ``legato partitions drop`` (retention). A cut-off after the start of the

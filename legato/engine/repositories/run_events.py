@@ -1,6 +1,7 @@
 """``run_events``: a run's history, gap-free ``seq`` per run, appended only under the
 run's row lock (by start or by the decider). An AFTER INSERT trigger NOTIFYs
-``<schema>_events_v1`` with ``<run_id>:<seq>`` for live tails."""
+``<schema>_events_v1`` with ``<run_id>:<seq>`` for live tails. Every statement is
+within the run's shard key (the parameter ``shard``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories.params import Unnest
+from legato.engine.repositories.runs import shard_param
 from legato.schema import RunEvents
 
 
@@ -47,23 +49,28 @@ _NEW_EVENTS = Unnest("new_events", NewEvent, RunEvents)
 
 @cache
 def appended() -> Insert:
-    """Append events (``decisions.write``, bound by :func:`appended_params`): one INSERT
-    over ``unnest`` of array parameters for a batch of runs (the NOTIFY trigger fires
-    once, and sends nothing for no rows). The caller holds each run's row lock and
-    numbers the events after the run's last seq, so seqs stay gap-free. Primary key;
-    built once."""
-    return _NEW_EVENTS.insert()
+    """Append events of runs of key ``:shard`` (``decisions.write``, bound by
+    :func:`appended_params`): one INSERT over ``unnest`` of array parameters for a
+    batch of runs, every row taking the one key (the NOTIFY trigger fires once, and
+    sends nothing for no rows). The caller holds each run's row lock and numbers the
+    events after the run's last seq, so seqs stay gap-free. Primary key (shard, run_id,
+    seq); built once."""
+    return _NEW_EVENTS.insert(shard=shard_param())
 
 
-def appended_params(events: Sequence[NewEvent]) -> dict[str, Any]:
-    return _NEW_EVENTS.bind(events)
+def appended_params(shard: int, events: Sequence[NewEvent]) -> dict[str, Any]:
+    return {**_NEW_EVENTS.bind(events), "shard": shard}
 
 
 async def history(
-    conn: AsyncConnection, run_id: uuid.UUID, after_seq: int = 0, limit: int = 10_000
+    conn: AsyncConnection,
+    shard: int,
+    run_id: uuid.UUID,
+    after_seq: int = 0,
+    limit: int = 10_000,
 ) -> list[HistoryEvent]:
     """A run's events after ``after_seq`` (Client.get_run, ``legato runs watch``, which
-    resumes by seq). Primary key, one partition."""
+    resumes by seq). Primary key (shard, run_id, seq), one partition."""
     result = await conn.execute(
         select(
             RunEvents.seq,
@@ -74,7 +81,7 @@ async def history(
             RunEvents.data,
             RunEvents.created_at,
         )
-        .where(RunEvents.run_id == run_id, RunEvents.seq > after_seq)
+        .where(RunEvents.shard == shard, RunEvents.run_id == run_id, RunEvents.seq > after_seq)
         .order_by(RunEvents.seq)
         .limit(limit)
     )

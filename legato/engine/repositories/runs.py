@@ -1,6 +1,8 @@
 """``runs``: one row per run, partitioned monthly by its UUIDv7 id.
 
-Every statement filters on the run id (one partition) except the listing.
+Every statement filters on the run's shard key and id (one key, one partition) except
+the listing, a fan-out across keys. A start inserts a run with its first history event
+and its decide_queue row, all three carrying the one key of the statement.
 """
 
 from __future__ import annotations
@@ -8,15 +10,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
+    DateTime,
     Insert,
     Select,
+    SmallInteger,
     Text,
     Update,
     and_,
@@ -31,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories.params import Unnest, in_array, uuid_array
 from legato.engine.transport.driver import DriverStatements
-from legato.schema import DecideQueue, RunEvents, Runs, RunStatus
+from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
 from legato.schema.values import TaskError
 
 
@@ -133,22 +138,39 @@ class NewRun:
 _NEW_RUNS = Unnest("given", NewRun, Runs, columns={"run_id": Runs.id})
 
 
-def _with_history_and_queue(inserted: Insert) -> Select[uuid.UUID]:
-    """``inserted`` (an INSERT of RUNNING runs) with each run's first history event and
-    its decide_queue row (available at ``scheduled_at`` or now), as data-modifying CTEs."""
+async def installed_shards(conn: AsyncConnection) -> Shards:
+    """The installation's shard keys, as migration 0011 recorded them (a Client made
+    from an engine, the schedule loop): read once per process. One-row table."""
+    count = (await conn.execute(select(Installation.shard_count))).scalar_one()
+    return Shards(int(count))
+
+
+def shard_param() -> BindParameter[int]:
+    """The statement's one shard key, the scalar parameter ``shard``: every part of a
+    statement (each CTE of a decision's write too) filters and inserts by the same one."""
+    return bindparam("shard", type_=SmallInteger())
+
+
+def _with_history_and_queue(inserted: Insert, scheduled: bool) -> Select[uuid.UUID]:
+    """``inserted`` (an INSERT of RUNNING runs in key ``:shard``) with each run's first
+    history event and its decide_queue row, as data-modifying CTEs: available now (the
+    column's default) or, when ``scheduled``, at ``scheduled_at`` (``:now`` for a run
+    without one: a time given as a parameter, not ``now()`` inside COALESCE)."""
     started = inserted.returning(Runs.id, Runs.scheduled_at).cte("started")
     history = insert(RunEvents.table).from_select(
-        ["run_id", "seq", "type"],
-        select(started.c.id, literal(1, BigInteger()), literal("run_started", Text())),
-    )
-    queued = insert(DecideQueue.table).from_select(
-        ["run_id", "reason", "available_at"],
+        ["shard", "run_id", "seq", "type"],
         select(
-            started.c.id,
-            bindparam("reason", type_=Text()),
-            func.coalesce(started.c.scheduled_at, func.now()),
-        ).order_by(started.c.id),
+            shard_param(), started.c.id, literal(1, BigInteger()), literal("run_started", Text())
+        ),
     )
+    columns = ["shard", "run_id", "reason"]
+    values: list[Any] = [shard_param(), started.c.id, bindparam("reason", type_=Text())]
+    if scheduled:
+        columns.append("available_at")
+        values.append(
+            func.coalesce(started.c.scheduled_at, bindparam("now", type_=DateTime(timezone=True)))
+        )
+    queued = insert(DecideQueue.table).from_select(columns, select(*values).order_by(started.c.id))
     return select(started.c.id).add_cte(history.cte("history"), queued.cte("queued"))
 
 
@@ -156,13 +178,17 @@ _RUNNING = literal(RunStatus.RUNNING.value, Text())
 
 
 @cache
-def _start_statement() -> Select[uuid.UUID]:
-    return _with_history_and_queue(_NEW_RUNS.insert(status=_RUNNING))
+def _start_statement(scheduled: bool) -> Select[uuid.UUID]:
+    return _with_history_and_queue(
+        _NEW_RUNS.insert(status=_RUNNING, shard=shard_param()), scheduled
+    )
 
 
 @cache
-def _start_one_statement() -> Select[uuid.UUID]:
-    return _with_history_and_queue(_NEW_RUNS.insert_one(status=_RUNNING))
+def _start_one_statement(scheduled: bool) -> Select[uuid.UUID]:
+    return _with_history_and_queue(
+        _NEW_RUNS.insert_one(status=_RUNNING, shard=shard_param()), scheduled
+    )
 
 
 @cache
@@ -170,53 +196,72 @@ def _start_children_statement() -> Select[uuid.UUID]:
     parent = Runs.table.alias("parent")
     inherited = (
         select(parent.c.trace_context)
-        .where(parent.c.id == _NEW_RUNS.value("parent_run_id"))
+        .where(parent.c.shard == shard_param(), parent.c.id == _NEW_RUNS.value("parent_run_id"))
         .scalar_subquery()
     )
-    return _with_history_and_queue(_NEW_RUNS.insert(status=_RUNNING, trace_context=inherited))
+    return _with_history_and_queue(
+        _NEW_RUNS.insert(status=_RUNNING, trace_context=inherited, shard=shard_param()), False
+    )
 
 
 async def start_runs(
-    conn: AsyncConnection, new_runs: Sequence[NewRun], reason: str, *, children: bool = False
+    conn: AsyncConnection,
+    shard: int,
+    new_runs: Sequence[NewRun],
+    reason: str,
+    *,
+    children: bool = False,
 ) -> None:
-    """Start runs in ONE statement (Client.start_many, Client.start with an idempotency
-    key or a caller's connection, the schedule loop, and the decider for child runs):
-    insert the RUNNING runs, their first history event and their decide_queue rows
-    (available at ``scheduled_at`` or now); the decide_queue trigger NOTIFYs the deciders.
+    """Start runs of ONE shard key in ONE statement (Client.start_many per key,
+    Client.start with an idempotency key or a caller's connection, the schedule loop,
+    and the decider for child runs): insert the RUNNING runs, their first history event
+    and their decide_queue rows (available at ``scheduled_at`` or now); the decide_queue
+    trigger NOTIFYs the deciders with the key. Every run id lies in ``shard``
+    (``Shards.of_run``); a batch spanning keys is one call per key (``Shards.group``).
 
     With ``children`` each run takes its parent's trace context in the same INSERT
     (its own is ignored), so a child's attempts join the trace of the request that
-    started the parent.
+    started the parent; a child lives in its parent's key.
 
     A single statement is atomic on its own, so a start outside a transaction is one
     round trip. Data-modifying CTEs over ``unnest`` of array parameters: one shape for
     any number of runs, built once. Primary keys of ``runs`` (a child's parent too),
-    ``run_events`` and ``decide_queue``.
+    ``run_events`` and ``decide_queue``, each led by the key.
     """
-    if new_runs:
-        statement = _start_children_statement() if children else _start_statement()
-        await conn.execute(statement, {**_NEW_RUNS.bind(new_runs), "reason": reason})
+    if not new_runs:
+        return
+    scheduled = not children and any(new.scheduled_at is not None for new in new_runs)
+    statement = _start_children_statement() if children else _start_statement(scheduled)
+    params = {**_NEW_RUNS.bind(new_runs), "reason": reason, "shard": shard}
+    if scheduled:
+        params["now"] = datetime.now(UTC)
+    await conn.execute(statement, params)
 
 
-async def start_one(driver: DriverStatements, new: NewRun, reason: str) -> None:
-    """Start ONE run, committed on its own (Client.start without an idempotency key or a
-    caller's connection): the rows of ``start_runs`` from scalar parameters, on the
-    asyncpg driver path (legato/engine/transport/driver.py) — the hottest single-row write a
-    client makes. Primary keys of ``runs``, ``run_events`` and ``decide_queue``."""
-    await driver.execute(_start_one_statement(), {**_NEW_RUNS.bind_one(new), "reason": reason})
+async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: str) -> None:
+    """Start ONE run in key ``shard``, committed on its own (Client.start without an
+    idempotency key or a caller's connection): the rows of ``start_runs`` from scalar
+    parameters, on the asyncpg driver path (legato/engine/transport/driver.py) — the
+    hottest single-row write a client makes. Primary keys of ``runs``, ``run_events``
+    and ``decide_queue``, each led by the key."""
+    scheduled = new.scheduled_at is not None
+    params = {**_NEW_RUNS.bind_one(new), "reason": reason, "shard": shard}
+    if scheduled:
+        params["now"] = new.scheduled_at
+    await driver.execute(_start_one_statement(scheduled), params)
 
 
 @cache
 def _lock_statement() -> Select[*_RunColumns, int]:
     last_seq = (
         select(func.coalesce(func.max(RunEvents.seq), 0))
-        .where(RunEvents.run_id == Runs.id)
+        .where(RunEvents.shard == shard_param(), RunEvents.run_id == Runs.id)
         .scalar_subquery()
     )
     return (
         _select()
         .add_columns(last_seq)
-        .where(in_array(Runs.id, uuid_array("run_ids")))
+        .where(Runs.shard == shard_param(), in_array(Runs.id, uuid_array("run_ids")))
         .order_by(Runs.id)
         # NO KEY UPDATE: inserts of the run's tasks, signals and history (their foreign
         # keys take KEY SHARE on this row) need not wait for the decision.
@@ -225,19 +270,21 @@ def _lock_statement() -> Select[*_RunColumns, int]:
 
 
 async def lock_many(
-    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+    conn: AsyncConnection, shard: int, run_ids: Sequence[uuid.UUID]
 ) -> list[tuple[RunRow, int]]:
-    """Lock runs' rows, in run-id order, for the rest of the transaction, with each run's
-    last history seq (decider loop). Every state transition of a run happens under this
-    lock. Primary keys of the runs' partitions; the seq from ``run_events``' primary key.
+    """Lock runs' rows of key ``shard``, in run-id order, for the rest of the
+    transaction, with each run's last history seq (decider loop). Every state
+    transition of a run happens under this lock. Primary keys (shard, id) of the runs'
+    partitions; the seq from ``run_events``' primary key (shard, run_id, seq).
     """
-    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids)})
+    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids), "shard": shard})
     return [(_row(row[:12]), row[12]) for row in result]
 
 
-async def get(conn: AsyncConnection, run_id: uuid.UUID) -> RunRow | None:
-    """Read a run (Client.get_run, Client.result, signal/cancel checks). Primary key."""
-    row = (await conn.execute(_select().where(Runs.id == run_id))).first()
+async def get(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> RunRow | None:
+    """Read a run (Client.get_run, Client.result, signal/cancel checks). Primary key
+    (shard, id)."""
+    row = (await conn.execute(_select().where(Runs.shard == shard, Runs.id == run_id))).first()
     return None if row is None else _row(row)
 
 
@@ -255,10 +302,12 @@ _FINISHES = Unnest("finished", Finish, Runs, columns={"run_id": Runs.id})
 
 @cache
 def finished() -> Update:
-    """Move RUNNING runs to their final status (``decisions.write``, under the runs'
-    locks, bound by :func:`finished_params`). One UPDATE joined to ``unnest`` of array
-    parameters for the batch (built once); primary keys of the runs' partitions."""
+    """Move RUNNING runs of key ``:shard`` to their final status (``decisions.write``,
+    under the runs' locks, bound by :func:`finished_params`). One UPDATE joined to
+    ``unnest`` of array parameters for the batch (built once); primary keys (shard, id)
+    of the runs' partitions."""
     return _FINISHES.update(
+        Runs.shard == shard_param(),
         in_array(Runs.id, uuid_array("fence_ids")),
         Runs.id == _FINISHES.value("run_id"),
         Runs.status == RunStatus.RUNNING,
@@ -268,19 +317,31 @@ def finished() -> Update:
     )
 
 
-def finished_params(finishes: Sequence[Finish]) -> dict[str, Any]:
-    return {**_FINISHES.bind(finishes), "fence_ids": sorted(f.run_id for f in finishes)}
+def finished_params(shard: int, finishes: Sequence[Finish]) -> dict[str, Any]:
+    return {
+        **_FINISHES.bind(finishes),
+        "fence_ids": sorted(f.run_id for f in finishes),
+        "shard": shard,
+    }
 
 
-async def request_cancel(conn: AsyncConnection, run_id: uuid.UUID) -> bool:
-    """Flag a RUNNING run for cancellation (Client.cancel, decider for child runs).
+async def request_cancel(
+    conn: AsyncConnection, shard: int, run_id: uuid.UUID, now: datetime | None = None
+) -> bool:
+    """Flag a RUNNING run for cancellation (Client.cancel, decider for child runs); the
+    first request's time (``now``, the caller's clock by default) is kept.
 
-    Reports whether the run was running. Primary key.
+    Reports whether the run was running. Primary key (shard, id).
     """
     result = await conn.execute(
         update(Runs.table)
-        .where(Runs.id == run_id, Runs.status == RunStatus.RUNNING)
-        .values(cancel_requested_at=func.coalesce(Runs.cancel_requested_at, func.now()))
+        .where(Runs.shard == shard, Runs.id == run_id, Runs.status == RunStatus.RUNNING)
+        .values(
+            cancel_requested_at=func.coalesce(
+                Runs.cancel_requested_at,
+                bindparam("now", now or datetime.now(UTC), type_=DateTime(timezone=True)),
+            )
+        )
         .returning(Runs.id)
     )
     return result.first() is not None
@@ -294,7 +355,8 @@ async def list_runs(
     before: uuid.UUID | None,
     limit: int,
 ) -> list[RunRow]:
-    """Runs newest first, keyset-paginated by id (Client.list_runs, ``legato runs list``).
+    """Fan-out across shard keys: runs newest first, keyset-paginated by id over every
+    key (Client.list_runs, ``legato runs list``); never on a hot path.
 
     Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
     for RUNNING, else the primary keys of the newest partitions.

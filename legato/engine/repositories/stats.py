@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import cast, column, func, select, table
+from sqlalchemy import and_, cast, column, func, select, table
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -34,11 +34,11 @@ class Backlog:
 
 
 async def task_backlog(conn: AsyncConnection) -> list[Backlog]:
-    """Attempts ready to be claimed per queue, with the oldest one's ``available_at``
-    (``legato stats``; the metrics gauge sampler every few seconds). Only unleased rows
-    whose time has come: retries waiting out their back-off are not backlog. Served by
-    the partial index ``ix_task_queue_dequeue`` (``lease_expires_at IS NULL``), whose
-    leading column is the queue."""
+    """Fan-out across shard keys: attempts ready to be claimed per queue, with the oldest
+    one's ``available_at`` (``legato stats``; the metrics gauge sampler every few seconds).
+    Only unleased rows whose time has come: retries waiting out their back-off are not
+    backlog. Served by the partial index ``ix_task_queue_dequeue`` (``lease_expires_at IS
+    NULL``), whose leading column is the queue."""
     result = await conn.execute(
         select(TaskQueue.queue, func.count(), func.min(TaskQueue.available_at))
         .where(TaskQueue.lease_expires_at.is_(None), TaskQueue.available_at <= func.now())
@@ -49,9 +49,10 @@ async def task_backlog(conn: AsyncConnection) -> list[Backlog]:
 
 
 async def decide_backlog(conn: AsyncConnection) -> Backlog:
-    """Runs due for a decision and the oldest one's ``available_at``, quarantined runs
-    left out (``legato stats``; the metrics gauge sampler). Served by
-    ``ix_decide_queue_decider`` (its predicate is the quarantine filter)."""
+    """Fan-out across shard keys: runs due for a decision and the oldest one's
+    ``available_at``, quarantined runs left out (``legato stats``; the metrics gauge
+    sampler). Served by ``ix_decide_queue_decider`` (its predicate is the quarantine
+    filter)."""
     result = await conn.execute(
         select(func.count(), func.min(DecideQueue.available_at)).where(
             DecideQueue.available_at <= func.now(), DecideQueue.quarantined_at.is_(None)
@@ -62,8 +63,8 @@ async def decide_backlog(conn: AsyncConnection) -> Backlog:
 
 
 async def quarantined_count(conn: AsyncConnection) -> int:
-    """How many runs are quarantined (``legato stats``). Served by
-    ``ix_decide_queue_quarantined``."""
+    """Fan-out across shard keys: how many runs are quarantined (``legato stats``). Served
+    by ``ix_decide_queue_quarantined``."""
     result = await conn.execute(select(func.count()).where(DecideQueue.quarantined_at.is_not(None)))
     return int(result.scalar_one())
 
@@ -76,8 +77,9 @@ class Leases:
 
 
 async def leases_by_worker(conn: AsyncConnection) -> list[Leases]:
-    """Attempts each worker holds, with its soonest lease expiry (``legato stats``).
-    Served by the partial index ``ix_task_queue_leased`` (only leased rows)."""
+    """Fan-out across shard keys: attempts each worker holds, with its soonest lease expiry
+    (``legato stats``). Served by the partial index ``ix_task_queue_leased`` (only leased
+    rows)."""
     result = await conn.execute(
         select(TaskQueue.lease_owner, func.count(), func.min(TaskQueue.lease_expires_at))
         .where(TaskQueue.lease_expires_at.is_not(None))
@@ -88,8 +90,8 @@ async def leases_by_worker(conn: AsyncConnection) -> list[Leases]:
 
 
 async def running_runs(conn: AsyncConnection) -> int:
-    """How many runs are RUNNING, however old (``legato stats``). Served by the partial
-    index ``ix_runs_active``."""
+    """Fan-out across shard keys: how many runs are RUNNING, however old (``legato stats``).
+    Served by the partial index ``ix_runs_active``."""
     result = await conn.execute(
         select(func.count()).select_from(Runs.table).where(Runs.status == RunStatus.RUNNING)
     )
@@ -103,8 +105,9 @@ def since_id(window: timedelta) -> uuid.UUID:
 
 
 async def runs_by_status(conn: AsyncConnection, window: timedelta) -> dict[RunStatus, int]:
-    """Runs created within ``window`` by status (``legato stats``). The id range keeps
-    the scan to the window's partitions, through their primary keys."""
+    """Fan-out across shard keys: runs created within ``window`` by status (``legato
+    stats``). The id range keeps the scan to the window's partitions, through their primary
+    keys."""
     result = await conn.execute(
         select(Runs.status, func.count()).where(Runs.id >= since_id(window)).group_by(Runs.status)
     )
@@ -122,15 +125,16 @@ class Failures:
 async def recent_failures(
     conn: AsyncConnection, finished_within: timedelta, window: timedelta
 ) -> list[Failures]:
-    """Attempts that failed or timed out within ``finished_within`` (the last hour), by
-    workflow, node and error type, among runs created within ``window`` (``legato
-    stats``). The run-id range prunes ``tasks`` and ``runs`` to the window's partitions
-    and is read through their primary keys; an attempt of an older run is not counted."""
+    """Fan-out across shard keys: attempts that failed or timed out within
+    ``finished_within`` (the last hour), by workflow, node and error type, among runs
+    created within ``window`` (``legato stats``). The run-id range prunes ``tasks`` and
+    ``runs`` to the window's partitions and is read through their primary keys; an attempt
+    of an older run is not counted."""
     bound = since_id(window)
     error_type = cast(Tasks.error, JSONB)["type"].astext
     result = await conn.execute(
         select(Runs.workflow_name, Tasks.node_id, error_type, func.count())
-        .join(Runs.table, Runs.id == Tasks.run_id)
+        .join(Runs.table, and_(Runs.shard == Tasks.shard, Runs.id == Tasks.run_id))
         .where(
             Tasks.run_id >= bound,
             Runs.id >= bound,

@@ -4,6 +4,9 @@ The dashboard never counts all rows of a partitioned table: the runs list is a k
 page over ``runs`` (its time range is an id range, since a UUIDv7 encodes its creation
 time, so only the partitions of that range are read); counts are taken only of the
 running runs (``ix_runs_active``) and of the queue tables, which hold only pending work.
+
+A run's page reads within the run's shard key (the ``shard`` argument); the lists and
+counts are fan-outs across keys, never on a hot path.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from legato.engine.repositories.tasks import TASK_ROW_COLUMNS, TaskRow
 from legato.schema import (
     DecideQueue,
     IdempotencyKeys,
+    Installation,
     Runs,
     RunStatus,
     TaskQueue,
@@ -57,13 +61,12 @@ class RunQuery:
 async def list_runs(
     conn: AsyncConnection, query: RunQuery, before: uuid.UUID | None, limit: int
 ) -> list[RunListRow]:
-    """Runs newest first, keyset-paginated by id, each with its parent and whether it
-    is quarantined (the dashboard's runs list).
+    """Fan-out across shard keys: runs newest first, keyset-paginated by id over every key,
+    each with its parent and whether it is quarantined (the dashboard's runs list).
 
-    Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
-    for RUNNING, else the primary keys of the partitions inside the id range; each
-    page's rows are joined to ``decide_queue`` through its primary key.
-    """
+    Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active`` for
+    RUNNING, else the primary keys of the partitions inside the id range; each page's rows
+    are joined to ``decide_queue`` through its primary key."""
     conditions = []
     if query.workflow_name is not None:
         conditions.append(Runs.workflow_name == query.workflow_name)
@@ -91,7 +94,10 @@ async def list_runs(
             DecideQueue.quarantined_at.is_not(None),
         )
         .select_from(Runs.table)
-        .outerjoin(DecideQueue.table, DecideQueue.run_id == Runs.id)
+        .outerjoin(
+            DecideQueue.table,
+            and_(DecideQueue.shard == Runs.shard, DecideQueue.run_id == Runs.id),
+        )
         .where(and_(True, *conditions))
         .order_by(Runs.id.desc())
         .limit(limit)
@@ -100,14 +106,19 @@ async def list_runs(
 
 
 async def runs_with_key(conn: AsyncConnection, key: str) -> list[uuid.UUID]:
-    """The runs started with idempotency key ``key`` in any workflow (the dashboard's
-    search box). Keys are namespaced by workflow name, so this looks the key up once
-    per workflow name: primary key of ``idempotency_keys`` (names from
-    ``workflow_definitions``' primary key). Keys past their retention are gone."""
+    """Fan-out across shard keys: the runs started with idempotency key ``key`` in any
+    workflow and any key (the dashboard's search box). Keys are namespaced by workflow name,
+    so this looks the key up once per workflow name: primary key of ``idempotency_keys``
+    (names from ``workflow_definitions``' primary key). Keys past their retention are
+    gone."""
     names = select(WorkflowDefinitions.name).distinct().scalar_subquery()
+    # Every key, named, so the lookup stays on the primary key (shard, namespace, key).
+    every_key = select(func.generate_series(0, Installation.shard_count - 1)).scalar_subquery()
     result = await conn.execute(
         select(IdempotencyKeys.run_id).where(
-            IdempotencyKeys.namespace.in_(names), IdempotencyKeys.key == key
+            IdempotencyKeys.shard.in_(every_key),
+            IdempotencyKeys.namespace.in_(names),
+            IdempotencyKeys.key == key,
         )
     )
     return list(result.scalars())
@@ -122,26 +133,28 @@ class Attempt(TaskRow):
     lease_owner: str | None
 
 
-async def attempts(conn: AsyncConnection, run_id: uuid.UUID) -> list[Attempt]:
+async def attempts(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> list[Attempt]:
     """Every attempt of a run with its input, in creation order (the dashboard's run
-    page; ``Client.get_run`` leaves inputs out). Served by
-    ``ix_tasks_run_id_node_id_iteration_attempt`` in the run's partition."""
+    page; ``Client.get_run`` leaves inputs out). Served by the unique index (shard,
+    run_id, node_id, iteration, attempt) in the run's partition."""
     result = await conn.execute(
         select(*TASK_ROW_COLUMNS, Tasks.input, Tasks.lease_owner)
-        .where(Tasks.run_id == run_id)
+        .where(Tasks.shard == shard, Tasks.run_id == run_id)
         .order_by(Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
     )
     return [Attempt(*tuple(row)) for row in result]
 
 
 async def task_payload(
-    conn: AsyncConnection, run_id: uuid.UUID, task_id: uuid.UUID
+    conn: AsyncConnection, shard: int, run_id: uuid.UUID, task_id: uuid.UUID
 ) -> tuple[JsonValue, JsonValue] | None:
     """One attempt's input and output, in full (the dashboard's "show all" of a
     truncated payload). Primary key of the run's ``tasks`` partition."""
     row = (
         await conn.execute(
-            select(Tasks.input, Tasks.output).where(Tasks.run_id == run_id, Tasks.id == task_id)
+            select(Tasks.input, Tasks.output).where(
+                Tasks.shard == shard, Tasks.run_id == run_id, Tasks.id == task_id
+            )
         )
     ).first()
     return None if row is None else (row[0], row[1])
@@ -158,9 +171,10 @@ class VersionRow:
 
 
 async def workflow_versions(conn: AsyncConnection) -> list[VersionRow]:
-    """Every stored workflow version with its count of runs in flight (the dashboard's
-    workflows page). ``workflow_definitions`` is small (one row per version); the
-    counts read only running runs, through ``ix_runs_active``."""
+    """Fan-out across shard keys: every stored workflow version with its count of runs in
+    flight over every key (the dashboard's workflows page). ``workflow_definitions`` is
+    small (one row per version); the counts read only running runs, through
+    ``ix_runs_active``."""
     running = (
         select(Runs.workflow_name, Runs.workflow_version, func.count().label("running"))
         .where(Runs.status == RunStatus.RUNNING)
@@ -199,9 +213,9 @@ class QueueRow:
 
 
 async def task_queues(conn: AsyncConnection) -> list[QueueRow]:
-    """Per queue: unleased attempts and the oldest of them, and leased attempts per
-    worker (the dashboard's queues page). ``task_queue`` holds only pending attempts;
-    one scan of its partitions."""
+    """Fan-out across shard keys: per queue, unleased attempts and the oldest of them, and
+    leased attempts per worker, over every key (the dashboard's queues page). ``task_queue``
+    holds only pending attempts; one scan of its partitions."""
     result = await conn.execute(
         select(
             TaskQueue.queue,
@@ -222,13 +236,15 @@ class Quarantine:
     last_error: str | None
 
 
-async def quarantine_of(conn: AsyncConnection, run_id: uuid.UUID) -> Quarantine | None:
+async def quarantine_of(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> Quarantine | None:
     """Whether a run is quarantined, since when and why (the dashboard's run page).
     Primary key of ``decide_queue``."""
     row = (
         await conn.execute(
             select(DecideQueue.failures, DecideQueue.quarantined_at, DecideQueue.last_error).where(
-                DecideQueue.run_id == run_id, DecideQueue.quarantined_at.is_not(None)
+                DecideQueue.shard == shard,
+                DecideQueue.run_id == run_id,
+                DecideQueue.quarantined_at.is_not(None),
             )
         )
     ).first()
