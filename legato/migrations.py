@@ -20,23 +20,30 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Column, Connection, MetaData, String, Table
+from sqlalchemy import Column, Connection, MetaData, String, Table, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.db import DEFAULT_SCHEMA, connect, schema_mismatch, validate_schema_name
 from legato.errors import ConfigurationError, IncompatibleDatabase
+from legato.schema import Installation
+from legato.schema.shards import check_shard_count
 
 SCRIPT_LOCATION = "legato:alembic"
 VERSION_TABLE = "legato_version"
 BRANCH_LABEL = "legato"
 
 
-def alembic_config(schema: str, connection: Connection | None = None) -> Config:
-    """An Alembic ``Config`` for Legato's migrations targeting ``schema``."""
+def alembic_config(
+    schema: str, connection: Connection | None = None, shard_count: int | None = None
+) -> Config:
+    """An Alembic ``Config`` for Legato's migrations targeting ``schema`` (and the shard
+    key count migration 0011 records when it creates the schema's keys)."""
     cfg = Config()
     cfg.set_main_option("script_location", SCRIPT_LOCATION)
     cfg.attributes["legato_schema"] = validate_schema_name(schema)
     cfg.attributes["connection"] = connection
+    if shard_count is not None:
+        cfg.attributes["legato_shard_count"] = shard_count
     return cfg
 
 
@@ -127,9 +134,37 @@ def _command_lock() -> asyncio.Lock:
     return lock
 
 
-async def upgrade(engine: AsyncEngine, schema: str, revision: str = "head") -> None:
-    """Apply Legato's migrations up to ``revision`` (each in its own transaction)."""
-    await _migrate(engine, schema, revision, command.upgrade)
+async def upgrade(
+    engine: AsyncEngine, schema: str, revision: str = "head", *, shard_count: int | None = None
+) -> None:
+    """Apply Legato's migrations up to ``revision`` (each in its own transaction).
+
+    ``shard_count`` is the number of shard keys recorded when migration 0011 first runs
+    (default ``LEGATO_SHARD_COUNT``, else 16); on a schema that already has its keys, a
+    different count is a ``ConfigurationError``: the count never changes after creation.
+    """
+    if shard_count is not None:
+        check_shard_count(shard_count)
+        recorded = await recorded_shard_count(engine, schema)
+        if recorded is not None and recorded != shard_count:
+            raise ConfigurationError(
+                f"schema {schema!r} was created with {recorded} shard keys, not {shard_count}: "
+                "the count is fixed when the schema is created; omit --shards / shard_count"
+            )
+    await _migrate(engine, schema, revision, command.upgrade, shard_count)
+
+
+async def recorded_shard_count(engine: AsyncEngine, schema: str) -> int | None:
+    """The shard key count ``schema`` records, or None before migration 0011."""
+    validate_schema_name(schema)
+    async with connect(engine) as conn:
+        found = await conn.execute(
+            text("SELECT to_regclass(:table) IS NOT NULL"), {"table": f"{schema}.installation"}
+        )
+        if not found.scalar_one():
+            return None
+        count = await conn.execute(select(Installation.shard_count))
+        return int(count.scalar_one())
 
 
 async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") -> None:
@@ -138,7 +173,11 @@ async def downgrade(engine: AsyncEngine, schema: str, revision: str = "base") ->
 
 
 async def _migrate(
-    engine: AsyncEngine, schema: str, revision: str, step: Callable[[Config, str], None]
+    engine: AsyncEngine,
+    schema: str,
+    revision: str,
+    step: Callable[[Config, str], None],
+    shard_count: int | None = None,
 ) -> None:
     """Run Alembic's ``step`` to ``revision``; an Alembic refusal is raised as the typed
     error that says what to do (``migration_refused``), before anything is changed."""
@@ -150,7 +189,9 @@ async def _migrate(
         )
     try:
         async with _command_lock(), connect(engine) as conn:
-            await conn.run_sync(lambda sync: step(alembic_config(schema, sync), revision))
+            await conn.run_sync(
+                lambda sync: step(alembic_config(schema, sync, shard_count), revision)
+            )
     except CommandError as error:
         raise migration_refused(schema, revision, error, await state(engine, schema)) from None
 

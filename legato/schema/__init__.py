@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         TaskState,
         TimerKind,
     )
+    from legato.schema.shards import DEFAULT_SHARD_COUNT, Shards
     from legato.schema.tables import (
         SCHEMA_PLACEHOLDER,
         ConcurrencySlots,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
         WorkflowDefinitions,
         metadata,
     )
-    from legato.schema.shards import DEFAULT_SHARD_COUNT, Shards
     from legato.schema.types import (
         is_uuid7,
         strip_nul,

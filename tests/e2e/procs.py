@@ -41,7 +41,14 @@ def pause_decisions(marker: Path) -> None:
     decider_loop.Batch.write = write_then_hang  # type: ignore[method-assign]
 
 
-async def serve(app: App, roles: Roles, database_url: str, concurrency: int, lease: float) -> None:
+async def serve(
+    app: App,
+    roles: Roles,
+    database_url: str,
+    concurrency: int,
+    lease: float,
+    shard_lease: float = 2.0,
+) -> None:
     """Run ``app``'s ``roles`` until SIGTERM/SIGINT, polling fast so tests wait little
     (shared with ``tests.e2e.txprocs``)."""
     engine = create_engine(database_url, "legato")
@@ -51,6 +58,7 @@ async def serve(app: App, roles: Roles, database_url: str, concurrency: int, lea
         roles=roles,
         concurrency=concurrency,
         lease=timedelta(seconds=lease),
+        shard_lease=timedelta(seconds=shard_lease),
         poll_interval=0.2,
         grace_period=2.0,
     )
@@ -64,7 +72,9 @@ async def main(args: argparse.Namespace) -> None:
     if args.pause_decision:
         pause_decisions(Path(args.pause_decision))
     app = importlib.import_module(args.app).app
-    await serve(app, ROLES[args.role], args.database_url, args.concurrency, args.lease)
+    await serve(
+        app, ROLES[args.role], args.database_url, args.concurrency, args.lease, args.shard_lease
+    )
 
 
 if __name__ == "__main__":
@@ -73,6 +83,7 @@ if __name__ == "__main__":
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument("--shard-lease", type=float, default=2.0)
     parser.add_argument("--pause-decision")
     parser.add_argument("--app", default="tests.e2e.flows", help="module whose `app` to serve")
     logging.basicConfig(level=logging.WARNING)
