@@ -219,9 +219,7 @@ async def quarantined(conn: AsyncConnection, limit: int) -> list[QuarantinedRun]
             DecideQueue.quarantined_at,
             DecideQueue.last_error,
         )
-        .join(
-            Runs.table, (Runs.shard == DecideQueue.shard) & (Runs.id == DecideQueue.run_id)
-        )
+        .join(Runs.table, (Runs.shard == DecideQueue.shard) & (Runs.id == DecideQueue.run_id))
         .where(DecideQueue.quarantined_at.is_not(None))
         .order_by(DecideQueue.quarantined_at.desc())
         .limit(limit)

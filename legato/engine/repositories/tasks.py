@@ -146,9 +146,7 @@ async def snapshots(
     Served by ``ix_tasks_shard_run_id_node_id_iteration_attempt`` and the partial index
     ``ix_signals_pending`` (shard, run_id, id) in the runs' partitions; built once.
     """
-    result = await conn.execute(
-        _snapshot_statement(), {"shard": shard, "run_ids": list(run_ids)}
-    )
+    result = await conn.execute(_snapshot_statement(), {"shard": shard, "run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
         run_id: ([], []) for run_id in run_ids
     }

@@ -67,9 +67,7 @@ def _shard() -> BindParameter[int]:
     return bindparam("shard", type_=SmallInteger())
 
 
-async def arm(
-    conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now: datetime
-) -> None:
+async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now: datetime) -> None:
     """Store timers of runs of key ``shard``, capped at the partitions' horizon: new ones
     (decider loop) and those that fired at the horizon before they were due (timer
     loop). One INSERT over ``unnest`` of array parameters, built once."""
@@ -104,9 +102,7 @@ def _take_due_statement() -> ReturningDelete[
     )
     return (
         delete(Timers.table)
-        .where(
-            Timers.shard == _shard(), Timers.fire_at == due.c.fire_at, Timers.id == due.c.id
-        )
+        .where(Timers.shard == _shard(), Timers.fire_at == due.c.fire_at, Timers.id == due.c.id)
         .returning(
             Timers.fire_at,
             Timers.id,
@@ -119,9 +115,7 @@ def _take_due_statement() -> ReturningDelete[
     )
 
 
-async def take_due(
-    conn: AsyncConnection, shard: int, limit: int, now: datetime
-) -> list[DueTimer]:
+async def take_due(conn: AsyncConnection, shard: int, limit: int, now: datetime) -> list[DueTimer]:
     """Delete and return up to ``limit`` timers of key ``shard`` due by ``now`` (timer
     loop, one take per held key), oldest first.
 
@@ -129,9 +123,7 @@ async def take_due(
     transaction that acts on them, so a crash puts them back. Served by the primary
     key ``(shard, fire_at, id)`` (pruned to today's and earlier partitions). Built once.
     """
-    result = await conn.execute(
-        _take_due_statement(), {"shard": shard, "limit": limit, "now": now}
-    )
+    result = await conn.execute(_take_due_statement(), {"shard": shard, "limit": limit, "now": now})
     return [DueTimer(*row) for row in result]
 
 
