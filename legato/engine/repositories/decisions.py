@@ -3,8 +3,9 @@
 Each table's module owns its part (``tasks.inserted``, ``task_queue.enqueued``, ...);
 this module only joins them, so a decision costs one round trip for its writes however
 many tables it touches. Every part is within the batch's one shard key: each filters
-and inserts by the scalar parameter ``shard`` (the task queue's part by its own
-``enqueued_shard``, bound to the same key). The parts see one snapshot and not each
+and inserts by the one scalar parameter ``in_shard`` (``tasks.SHARD_PARAM``; not
+``shard``, which would make each UPDATE part also SET its ``shard`` column from an
+unbound copy). The parts see one snapshot and not each
 other's writes, so the caller hands over writes that do not depend on one another
 (``Batch.write`` folds a task created and resolved in one batch into its insert, and
 deletes cancelled queue rows beforehand, in the lock order).

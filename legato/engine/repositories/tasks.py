@@ -86,10 +86,16 @@ TASK_ROW_COLUMNS = (
 )
 
 
+# Not ``shard``: an UPDATE executed with a parameter named like one of its table's
+# columns also SETs that column from it (SQLAlchemy's crud), and as a part of
+# ``decisions.write`` it would be an unbound copy.
+SHARD_PARAM = "in_shard"
+
+
 def shard_param() -> BindParameter[int]:
-    """The statement's one shard key, the scalar parameter ``shard`` (one name for every
-    part of ``decisions.write``'s statement)."""
-    return bindparam("shard", type_=SmallInteger())
+    """The statement's one shard key, the scalar parameter ``in_shard`` (one name for
+    every part of ``decisions.write``'s statement)."""
+    return bindparam(SHARD_PARAM, type_=SmallInteger())
 
 
 async def load_many(
@@ -100,7 +106,7 @@ async def load_many(
 
     Served by ``ix_tasks_shard_run_id_node_id_iteration_attempt`` in the runs' partitions.
     """
-    result = await conn.execute(_load_statement(), {"shard": shard, "run_ids": list(run_ids)})
+    result = await conn.execute(_load_statement(), {SHARD_PARAM: shard, "run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
     for row in result:
         grouped[row[0]].append(TaskRow(*row[1:]))
@@ -146,7 +152,9 @@ async def snapshots(
     Served by ``ix_tasks_shard_run_id_node_id_iteration_attempt`` and the partial index
     ``ix_signals_pending`` (shard, run_id, id) in the runs' partitions; built once.
     """
-    result = await conn.execute(_snapshot_statement(), {"shard": shard, "run_ids": list(run_ids)})
+    result = await conn.execute(
+        _snapshot_statement(), {SHARD_PARAM: shard, "run_ids": list(run_ids)}
+    )
     grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
         run_id: ([], []) for run_id in run_ids
     }
@@ -229,7 +237,7 @@ def inserted() -> Insert:
 
 
 def inserted_params(shard: int, rows: Sequence[NewTask]) -> dict[str, Any]:
-    return {**_NEW_TASKS.bind(rows), "shard": shard}
+    return {**_NEW_TASKS.bind(rows), SHARD_PARAM: shard}
 
 
 class Transition(NamedTuple):
@@ -285,7 +293,7 @@ def moved_params(
     of ``sources``."""
     return {
         **_MOVES.bind(moves),
-        "shard": shard,
+        SHARD_PARAM: shard,
         "fence_run_ids": sorted({m.run_id for m in moves}),
         "sources": sorted(sources),
     }
@@ -331,7 +339,7 @@ def marked_observed_params(
     shard: int, observed: Sequence[tuple[uuid.UUID, uuid.UUID]]
 ) -> dict[str, Any]:
     return {
-        "shard": shard,
+        SHARD_PARAM: shard,
         "observed_run_ids": sorted({r for r, _ in observed}),
         "observed_task_ids": [t for _, t in observed],
     }

@@ -33,6 +33,7 @@ from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import Unnest
+from legato.engine.repositories.tasks import SHARD_PARAM
 from legato.schema import TimerKind, Timers
 
 # The partition maintenance creates timer partitions a week ahead; stay inside them
@@ -64,7 +65,7 @@ _TIMERS = Unnest("new_timers", DueTimer, Timers)
 
 
 def _shard() -> BindParameter[int]:
-    return bindparam("shard", type_=SmallInteger())
+    return bindparam(SHARD_PARAM, type_=SmallInteger())
 
 
 async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now: datetime) -> None:
@@ -85,7 +86,7 @@ def armed() -> Insert:
 def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
     return {
         **_TIMERS.bind([t._replace(fire_at=capped_fire_at(t.due_at, now)) for t in timers]),
-        "shard": shard,
+        SHARD_PARAM: shard,
     }
 
 
@@ -123,7 +124,9 @@ async def take_due(conn: AsyncConnection, shard: int, limit: int, now: datetime)
     transaction that acts on them, so a crash puts them back. Served by the primary
     key ``(shard, fire_at, id)`` (pruned to today's and earlier partitions). Built once.
     """
-    result = await conn.execute(_take_due_statement(), {"shard": shard, "limit": limit, "now": now})
+    result = await conn.execute(
+        _take_due_statement(), {SHARD_PARAM: shard, "limit": limit, "now": now}
+    )
     return [DueTimer(*row) for row in result]
 
 
