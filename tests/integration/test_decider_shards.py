@@ -84,7 +84,7 @@ def takes(engine: AsyncEngine) -> Iterator[list[str]]:
     sent: list[str] = []
 
     def statement(_conn: Any, _cursor: Any, text: str, *_: Any) -> None:
-        if text.lstrip().upper().startswith("DELETE FROM LEGATO.DECIDE_QUEUE"):
+        if "DELETE FROM legato.decide_queue" in text:
             sent.append(text)
 
     event.listen(engine.sync_engine, "before_cursor_execute", statement)
