@@ -24,10 +24,8 @@ from sqlalchemy import (
     SmallInteger,
     bindparam,
     delete,
-    func,
     select,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
@@ -128,22 +126,3 @@ async def take_due(conn: AsyncConnection, shard: int, limit: int, now: datetime)
         _take_due_statement(), {SHARD_PARAM: shard, "limit": limit, "now": now}
     )
     return [DueTimer(*row) for row in result]
-
-
-async def due_shards(conn: AsyncConnection, shards: Sequence[int], now: datetime) -> list[int]:
-    """Fan-out across shard keys: which of ``shards`` (the keys the timer loop holds) have
-    a timer due by ``now``, in ascending order: the timer loop's wake-up check, one read
-    per poll instead of one take per key. Each key is an ``EXISTS`` on the first rows of
-    its primary key (shard, fire_at, id); off the hot path (an idle loop's poll)."""
-    if not shards:
-        return []
-    key = func.unnest(_shards_array(shards)).table_valued("k").render_derived(name="held")
-    due = select(Timers.id).where(
-        Timers.shard == key.c.k, Timers.fire_at <= bindparam("now", now, type_=_TIME)
-    )
-    result = await conn.execute(select(key.c.k).where(due.exists()).order_by(key.c.k))
-    return [int(k) for k in result.scalars()]
-
-
-def _shards_array(shards: Sequence[int]) -> BindParameter[Any]:
-    return bindparam("shards", list(shards), type_=ARRAY(SmallInteger()))
