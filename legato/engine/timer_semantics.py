@@ -44,14 +44,15 @@ def start_to_close_due(
     return max(timer.due_at, timing.started_at + (timer.due_at - timing.available_at))
 
 
-def report_for(timer: timers.DueTimer, queue: str | None = None) -> Report:
-    """The fenced transition a due timer causes, ending the attempt's queue row in
-    ``queue`` if it has one (pure)."""
+def report_for(timer: timers.DueTimer, shard: int, queue: str | None = None) -> Report:
+    """The fenced transition a due timer of key ``shard`` (its run's) causes, ending the
+    attempt's queue row in ``queue`` if it has one (pure)."""
     from_states, state = TIMER_TRANSITIONS[timer.kind]
     error = None
     if state is TaskState.TIMED_OUT:
         error = TaskError(type="Timeout", message=_TIMEOUT_MESSAGES[timer.kind])
     return Report(
+        shard=shard,
         queue_key=None if queue is None else (queue, timer.task_id),
         only_if_unleased=timer.kind is TimerKind.SCHEDULE_TO_START,
         move=tasks.Transition(

@@ -34,7 +34,15 @@ from legato import (
 from legato.db import create_engine
 from legato.engine.loops.timers import TimerLoop
 from legato.outages import database_failure
-from legato.schema import RunEvents, Runs, Signals, Tasks, WorkflowDefinitions
+from legato.schema import (
+    DEFAULT_SHARD_COUNT,
+    RunEvents,
+    Runs,
+    Shards,
+    Signals,
+    Tasks,
+    WorkflowDefinitions,
+)
 from tests.helpers import run_legato
 from tests.integration.test_cli_db import assert_one_line_error
 
@@ -224,7 +232,7 @@ async def test_an_outage_over_a_unix_socket_is_logged_as_the_database_unavailabl
 
     handler = TickFailures()
     logging.getLogger("legato").addHandler(handler)
-    loop = TimerLoop(engine)
+    loop = TimerLoop(engine, shards=Shards(DEFAULT_SHARD_COUNT))
     running = asyncio.create_task(loop.run())
     try:
         await asyncio.wait_for(logged.wait(), timeout=20)

@@ -14,7 +14,15 @@ from legato import App, Client, Flow, Node, TaskContext, task, workflow
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, tasks
-from legato.schema import RunStatus, Signals, TaskQueue, Tasks, TaskState
+from legato.schema import (
+    DEFAULT_SHARD_COUNT,
+    RunStatus,
+    Shards,
+    Signals,
+    TaskQueue,
+    Tasks,
+    TaskState,
+)
 from tests.helpers import eventually
 
 
@@ -30,6 +38,7 @@ def woken(flow: Flow[str]) -> Node[str]:
 
 
 app = App(workflows=[woken])
+shards = Shards(DEFAULT_SHARD_COUNT)
 
 
 @contextmanager
@@ -59,8 +68,9 @@ def round_trips(engine: AsyncEngine) -> Iterator[list[str]]:
 
 async def test_a_wake_decision_is_six_round_trips(engine: AsyncEngine) -> None:
     """BEGIN, take, lock, snapshot, writes, COMMIT: the signalled run's wait resolves,
-    its next task is enqueued, and the workers hear of it."""
-    decider = DeciderLoop(engine)
+    its next task is enqueued, and the workers hear of it. The signal's NOTIFY names the
+    run's key, so the tick takes from that key alone."""
+    decider = DeciderLoop(engine, shards=shards, poll_interval=600)
     heard: list[str] = []
     listener = await engine.connect()
     raw = (await listener.get_raw_connection()).driver_connection
@@ -70,6 +80,7 @@ async def test_a_wake_decision_is_six_round_trips(engine: AsyncEngine) -> None:
         handle = await client.start(woken, "x")
         assert await decider.tick() is False  # the first decision opens the wait
         await client.signal(handle.run_id, "go", "ada")
+    decider.decide_now([shards.of_run(handle.run_id)])  # what the decide NOTIFY's payload does
     assert not heard  # opening a wait enqueues nothing, and NOTIFYs no worker
     # The statements are prepared on the pool's connection by an earlier decision, as
     # in a running decider; the count is what a warm decision sends.
@@ -109,7 +120,7 @@ async def test_an_attempt_started_and_cancelled_in_one_decision(engine: AsyncEng
     """The writes' one statement does not see its own inserts: an attempt the decision
     starts and then cancels (a sibling failed in the same pass) is stored cancelled,
     with no queue row, instead of aborting the decision."""
-    decider = DeciderLoop(engine)
+    decider = DeciderLoop(engine, shards=shards)
     async with Client(engine, app=App(workflows=[split])) as client:
         handle = await client.start(split, "x")
         await decider.tick()
@@ -119,7 +130,12 @@ async def test_an_attempt_started_and_cancelled_in_one_decision(engine: AsyncEng
             # Not a list: the map fails as it starts, after the greeting has started.
             await apply_reports(
                 conn,
-                [Report(tasks.Transition(handle.run_id, listed, 1, TaskState.COMPLETED, "x"))],
+                [
+                    Report(
+                        tasks.Transition(handle.run_id, listed, 1, TaskState.COMPLETED, "x"),
+                        shards.of_run(handle.run_id),
+                    )
+                ],
                 "test",
             )
         await decider.tick()
@@ -135,12 +151,13 @@ async def test_an_attempt_started_and_cancelled_in_one_decision(engine: AsyncEng
     assert queued == []
 
 
-async def test_an_emit_is_four_round_trips_whatever_the_number_of_runs(
+async def test_an_emit_is_one_write_per_key_whatever_the_number_of_runs(
     engine: AsyncEngine,
 ) -> None:
-    """BEGIN, the open waits, one write for every run, COMMIT: a run that already holds
-    an unconsumed signal of the event is skipped, the others are signalled."""
-    decider = DeciderLoop(engine)
+    """BEGIN, the open waits (a fan-out across keys), one write per shard key of the
+    runs reached, COMMIT: a run that already holds an unconsumed signal of the event is
+    skipped, the others are signalled."""
+    decider = DeciderLoop(engine, shards=shards)
     async with Client(engine, app=app) as client:
         handles = [await client.start(woken, f"run {i}") for i in range(4)]
         await decider.tick()  # every run opens its wait
@@ -148,7 +165,8 @@ async def test_an_emit_is_four_round_trips_whatever_the_number_of_runs(
         with round_trips(engine) as sent:
             delivered = await client.emit("go", "ada")
         assert delivered == sorted(handle.run_id for handle in handles[1:])
-        assert len(sent) == 4, sent
+        keys = {shards.of_run(handle.run_id) for handle in handles[1:]}
+        assert len(sent) == 3 + len(keys), sent
         assert await client.emit("go", "again") == []
     async with engine.connect() as conn:
         payloads = (await conn.execute(select(Signals.run_id, Signals.payload))).all()

@@ -43,6 +43,7 @@ from legato.engine.repositories import (
     timers,
 )
 from legato.schema import (
+    DEFAULT_SHARD_COUNT,
     CatchUp,
     ConcurrencySlots,
     NodeKind,
@@ -50,6 +51,7 @@ from legato.schema import (
     Runs,
     RunStatus,
     Schedules,
+    Shards,
     TaskQueue,
     Tasks,
     TaskState,
@@ -60,6 +62,8 @@ from legato.schema import (
 
 T = TypeVar("T")
 PAUSE_LOCK = 7243
+SHARDS = Shards(DEFAULT_SHARD_COUNT)
+KEY = 3  # every row of these tests lives in one shard key
 
 
 @pytest_asyncio.fixture
@@ -148,7 +152,7 @@ async def _with_recheck(
 
 
 async def _runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
-    ids = sorted(uuid7() for _ in range(count))
+    ids = sorted(SHARDS.new_run_id(KEY) for _ in range(count))
     async with engine.begin() as conn:
         await conn.execute(
             insert(WorkflowDefinitions.table).values(
@@ -163,6 +167,7 @@ async def _runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
                     "workflow_name": "epq",
                     "workflow_version": 1,
                     "status": RunStatus.RUNNING,
+                    "shard": KEY,
                 }
                 for i in ids
             ],
@@ -242,7 +247,7 @@ async def _decide_rows(engine: AsyncEngine) -> list[uuid.UUID]:
     async with engine.begin() as conn:
         for n, run_id in enumerate(run_ids):  # the first is the oldest, taken first
             await decide_queue.enqueue(
-                conn, [run_id], "epq", available_at=past + timedelta(seconds=n)
+                conn, KEY, [run_id], "epq", available_at=past + timedelta(seconds=n)
             )
     await _pause_scans_of(engine, "decide_queue", "run_id")
     return run_ids
@@ -253,7 +258,7 @@ async def test_decider_take(engine: AsyncEngine, paused_role: str) -> None:
     taken = await _with_recheck(
         engine,
         f"UPDATE legato.decide_queue SET reason = 'changed' WHERE run_id = '{run_ids[1]}'",
-        lambda conn: decide_queue.take(conn, 10),
+        lambda conn: decide_queue.take(conn, KEY, 10),
         paused=(paused_role, run_ids[1]),
     )
     assert list(taken) == run_ids
@@ -264,7 +269,7 @@ async def test_decider_take_of_chosen_runs(engine: AsyncEngine, paused_role: str
     taken = await _with_recheck(
         engine,
         f"UPDATE legato.decide_queue SET reason = 'changed' WHERE run_id = '{run_ids[1]}'",
-        lambda conn: decide_queue.take(conn, 10, run_ids=[*run_ids, uuid7()]),
+        lambda conn: decide_queue.take(conn, KEY, 10, run_ids=[*run_ids, uuid7()]),
         paused=(paused_role, run_ids[1]),
     )
     assert list(taken) == run_ids
@@ -287,6 +292,7 @@ async def test_timer_take(engine: AsyncEngine, paused_role: str) -> None:
                     "attempt": 1,
                     "kind": "SLEEP",
                     "due_at": first,
+                    "shard": KEY,
                 }
                 for n in range(2)
             ],
@@ -295,7 +301,7 @@ async def test_timer_take(engine: AsyncEngine, paused_role: str) -> None:
     due = await _with_recheck(
         engine,
         f"UPDATE legato.timers SET attempt = attempt WHERE id = '{ids[1]}'",
-        lambda conn: timers.take_due(conn, 10),
+        lambda conn: timers.take_due(conn, KEY, 10, datetime.now(UTC)),
         paused=(paused_role, ids[1]),
     )
     assert [timer.id for timer in due] == ids
@@ -306,7 +312,7 @@ async def test_decider_run_lock(engine: AsyncEngine) -> None:
     locked = await _with_recheck(
         engine,
         f"UPDATE legato.runs SET cancel_requested_at = now() WHERE id = '{run_ids[1]}'",
-        lambda conn: runs.lock_many(conn, run_ids),
+        lambda conn: runs.lock_many(conn, KEY, run_ids),
         paused=None,
     )
     assert [row.id for row, _ in locked] == run_ids
@@ -462,10 +468,12 @@ async def _attempt(engine: AsyncEngine) -> tuple[uuid.UUID, uuid.UUID]:
                 state=TaskState.QUEUED,
                 task_name="work",
                 queue="default",
+                shard=KEY,
             )
         )
         await task_queue.enqueue(
             conn,
+            KEY,
             [task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 0, datetime.now(UTC))],
         )
     return run_id, task_id
@@ -476,7 +484,7 @@ async def test_decision_removes_a_cancelled_queue_row(engine: AsyncEngine) -> No
     await _with_recheck(
         engine,
         f"UPDATE legato.task_queue SET priority = 5 WHERE task_id = '{task_id}'",
-        lambda conn: task_queue.remove(conn, [("default", task_id)]),
+        lambda conn: task_queue.remove(conn, KEY, [("default", task_id)]),
         paused=None,
     )
     async with engine.connect() as conn:
@@ -521,7 +529,7 @@ async def test_decision_writes(engine: AsyncEngine) -> None:
     applied = await _with_recheck(
         engine,
         f"UPDATE legato.tasks SET started_at = now() WHERE id = '{task_id}'",
-        lambda conn: decisions.write(conn, writes, now),
+        lambda conn: decisions.write(conn, KEY, writes, now),
         paused=None,
     )
     assert applied == {task_id}

@@ -17,7 +17,7 @@ from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.relay import RelaySettings
 from legato.errors import InvalidSignature
 from legato.runtime import Roles
-from legato.schema import Outbox, WebhookEndpoints
+from legato.schema import DEFAULT_SHARD_COUNT, Outbox, Shards, WebhookEndpoints
 from tests.helpers import count_rows, eventually, run_legato
 from tests.webhook_receiver import Cue, receiver
 
@@ -225,9 +225,16 @@ async def test_a_quarantine_writes_run_quarantined_in_its_transaction(
 ) -> None:
     endpoint = await webhooks.add_endpoint(engine, "https://hooks.example.com/q", SECRET)
     run = await client.start(greeting, "qa")  # no runtime: the run waits for its decision
-    loop = DeciderLoop(engine, max_failures=1)
+    loop = DeciderLoop(engine, shards=Shards(DEFAULT_SHARD_COUNT), max_failures=1)
     async with engine.begin() as conn:
-        await loop._failed(conn, run.run_id, 1, RuntimeError("broken spec"), datetime.now(UTC))
+        await loop._failed(
+            conn,
+            loop.shards.of_run(run.run_id),
+            run.run_id,
+            1,
+            RuntimeError("broken spec"),
+            datetime.now(UTC),
+        )
     (letter,) = await webhooks.dead_letters(engine, pending=True)
     assert (letter.run_id, letter.event_type, letter.endpoint_id) == (
         run.run_id,

@@ -6,6 +6,7 @@ from legato import App, Flow, Node, Runtime, TaskContext, create_engine, task, w
 from legato.engine.loops.supervision import RestartPolicy
 from legato.engine.loops.timers import TimerLoop
 from legato.runtime import Roles
+from legato.schema import DEFAULT_SHARD_COUNT, Shards
 
 engine = create_engine("postgresql://app@localhost/app")  # never connected to
 EVERY_ROLE = Roles(decider=True, worker=True, timer=True, relay=True)
@@ -26,8 +27,9 @@ app = App([echoed])
 
 def test_a_loop_is_built_with_its_restart_policy() -> None:
     patient = RestartPolicy(max_restarts=50)
-    assert TimerLoop(engine, restarts=patient).restarts is patient
-    assert TimerLoop(engine).restarts == RestartPolicy()
+    shards = Shards(DEFAULT_SHARD_COUNT)
+    assert TimerLoop(engine, shards=shards, restarts=patient).restarts is patient
+    assert TimerLoop(engine, shards=shards).restarts == RestartPolicy()
 
 
 def test_the_runtime_gives_every_loop_its_restart_policy() -> None:

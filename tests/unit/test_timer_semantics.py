@@ -18,16 +18,16 @@ def _timer(kind: TimerKind, due: datetime) -> DueTimer:
 
 
 def test_each_kind_moves_only_the_state_it_guards() -> None:
-    sleep = report_for(_timer(TimerKind.SLEEP, T0)).move
+    sleep = report_for(_timer(TimerKind.SLEEP, T0), 0).move
     assert sleep.state is TaskState.COMPLETED
     assert set(sleep.from_states) == {TaskState.WAITING}
-    wait = report_for(_timer(TimerKind.EVENT_TIMEOUT, T0)).move
+    wait = report_for(_timer(TimerKind.EVENT_TIMEOUT, T0), 0).move
     assert wait.state is TaskState.TIMED_OUT
     assert wait.error is not None
-    assert set(report_for(_timer(TimerKind.SCHEDULE_TO_START, T0)).move.from_states) == {
+    assert set(report_for(_timer(TimerKind.SCHEDULE_TO_START, T0), 0).move.from_states) == {
         TaskState.QUEUED
     }
-    assert set(report_for(_timer(TimerKind.START_TO_CLOSE, T0)).move.from_states) == {
+    assert set(report_for(_timer(TimerKind.START_TO_CLOSE, T0), 0).move.from_states) == {
         TaskState.RUNNING
     }
 

@@ -237,10 +237,12 @@ def child_run_id_for(run_id: uuid.UUID, node_id: str, iteration: int, attempt: i
     """The id of a CHILD task row, which is also the child run's id.
 
     Deterministic like ``task_id_for``, but shaped as a UUIDv7 carrying the parent
-    run's timestamp, so the child run lands in the parent's ``runs`` partition.
+    run's timestamp, so the child run lands in the parent's ``runs`` partition, and the
+    parent's low 16 bits, so it lands in the parent's shard key whatever the key count
+    (``legato.schema.shards``: the key is those bits modulo the count).
     """
     digest = uuid.uuid5(_TASK_NAMESPACE, f"child/{run_id}/{node_id}/{iteration}/{attempt}").bytes
-    raw = bytearray(run_id.bytes[:6] + digest[6:])
+    raw = bytearray(run_id.bytes[:6] + digest[6:14] + run_id.bytes[14:])
     raw[6] = 0x70 | (raw[6] & 0x0F)  # version 7
     raw[8] = 0x80 | (raw[8] & 0x3F)  # RFC 4122 variant
     return uuid.UUID(bytes=bytes(raw))

@@ -2,6 +2,13 @@
 apply the pure decider's actions. Workers hear of new attempts from the NOTIFY of
 ``task_queue``'s insert trigger; the decider announces cancelled attempts itself.
 
+Work is taken one shard key at a time: a batch is runs of one key, and every statement
+of its decision (lock, snapshot, writes) is within that key. The loop keeps a set of
+dirty keys — the key in each decide NOTIFY's payload (every held key for an empty or
+unparsable one), the keys a local worker's reports touched (``decide_now``), and every
+held key once per poll interval — and each tick takes from each dirty key it holds; a
+take that returns a full batch leaves its key dirty.
+
 Several runs are decided per transaction; when a batch fails, its runs are decided
 again one by one, each inside a savepoint, so one bad run (a bug, a corrupted row, a
 deadlock with a parent/child decision) cannot sink the batch: the others commit, and
@@ -14,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import assert_never
@@ -41,6 +48,7 @@ from legato.engine.decider.model import (
     TaskRecord,
 )
 from legato.engine.loops import relay
+from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
@@ -59,11 +67,11 @@ from legato.engine.repositories import (
 from legato.engine.timer_semantics import timer_row
 from legato.engine.transport import handoff
 from legato.engine.transport.handoff import LocalHandoff
-from legato.engine.transport.wakeups import Wakeups
+from legato.engine.transport.wakeups import Wakeups, payload_shard
 from legato.flow.spec import WorkflowSpec
 from legato.observability import hooks
 from legato.outages import one_line, traceback_at_debug
-from legato.schema import RunStatus, TaskState
+from legato.schema import RunStatus, Shards, TaskState
 
 log = logging.getLogger("legato.decider")
 
@@ -93,7 +101,8 @@ _FINISHED_STATES = frozenset(
 
 @dataclass
 class Batch:
-    """The writes of a batch of decisions, gathered so each table gets one statement.
+    """The writes of a batch of decisions of runs of key ``shard``, gathered so each table
+    gets one statement (within that key).
 
     The one place the decider's actions become the repositories' rows: ``add`` maps
     each action to the row it writes as it gathers it; ``write`` only settles what
@@ -101,6 +110,8 @@ class Batch:
     """
 
     now: datetime
+    shards: Shards
+    shard: int
     queue_of: dict[uuid.UUID, str | None] = field(default_factory=dict)
     creates: list[tasks.NewTask] = field(default_factory=list)
     enqueues: list[task_queue.NewQueueRow] = field(default_factory=list)
@@ -205,7 +216,9 @@ class Batch:
     async def write(self, conn: AsyncConnection) -> None:
         """Apply every gathered write: the batch's rows in one statement
         (``decisions.write``), with the rare writes that need statements of their own
-        (cancelled queue rows, child runs) around it."""
+        (cancelled queue rows, child runs) around it. A child run lives in its parent's
+        key (``child_run_id_for`` keeps the parent's key bits); a child or parent of
+        another key (a run started before keys existed) is written in its own."""
         # Rows this decision creates or resolves carry their observed flag in that same
         # write; only rows finished by others (workers, timers) need the extra UPDATE.
         observed = {task_id for _, task_id in self.observed}
@@ -230,10 +243,12 @@ class Batch:
         # they go in a statement of their own, before the moves (cancellations only).
         await task_queue.remove(
             conn,
+            self.shard,
             [(queue, move.task_id) for move in moves if (queue := self.queue_of.get(move.task_id))],
         )
         applied = await decisions.write(
             conn,
+            self.shard,
             decisions.Writes(
                 creates=[
                     row._replace(observed=True) if row.id in observed else row for row in folded
@@ -263,11 +278,12 @@ class Batch:
         if stale:
             raise DecisionAborted(f"tasks {stale} were no longer active")
         for parent_id, child in self.children:
-            await start_child(conn, parent_id, child)
+            await start_child(conn, self.shards.of_run(child.task_id), parent_id, child)
         for child_id in self.cancel_children:
-            if await runs.request_cancel(conn, child_id):
-                await decide_queue.enqueue(conn, [child_id], "parent cancelled")
-        await complete_parents(conn, self.finishes)
+            child_shard = self.shards.of_run(child_id)
+            if await runs.request_cancel(conn, child_shard, child_id, self.now):
+                await decide_queue.enqueue(conn, child_shard, [child_id], "parent cancelled")
+        await complete_parents(conn, self.shards, self.finishes)
 
 
 class DecisionAborted(Exception):
@@ -275,15 +291,23 @@ class DecisionAborted(Exception):
 
 
 async def decide_runs(
-    conn: AsyncConnection, run_ids: Sequence[uuid.UUID], specs: SpecCache, now: datetime
+    conn: AsyncConnection,
+    shards: Shards,
+    shard: int,
+    run_ids: Sequence[uuid.UUID],
+    specs: SpecCache,
+    now: datetime,
 ) -> Batch:
-    """Lock, load, decide and apply a batch of runs, in the caller's transaction."""
-    locked = await runs.lock_many(conn, run_ids)
+    """Lock, load, decide and apply a batch of runs of key ``shard``, in the caller's
+    transaction: one statement per table, each within the key."""
+    locked = await runs.lock_many(conn, shard, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
-    loaded = await tasks.snapshots(conn, ids) if ids else {}
+    loaded = await tasks.snapshots(conn, shard, ids) if ids else {}
     batch = Batch(
         now=now,
+        shards=shards,
+        shard=shard,
         queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
     )
     for run, last_seq in running:
@@ -328,9 +352,11 @@ def _buffered(row: signals.PendingSignal) -> BufferedSignal:
     )
 
 
-async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: StartChildRun) -> None:
-    """Start a child run inside the parent's decision (its id is the CHILD task's id),
-    in the parent's trace."""
+async def start_child(
+    conn: AsyncConnection, shard: int, parent_id: uuid.UUID, action: StartChildRun
+) -> None:
+    """Start a child run of key ``shard`` (its parent's) inside the parent's decision (its
+    id is the CHILD task's id), in the parent's trace."""
     version = await definitions.deployed_version(conn, action.workflow_name)
     if version is None:
         raise LookupError(
@@ -338,6 +364,7 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
         )
     await runs.start_runs(
         conn,
+        shard,
         [
             runs.NewRun(
                 run_id=action.task_id,
@@ -353,9 +380,10 @@ async def start_child(conn: AsyncConnection, parent_id: uuid.UUID, action: Start
 
 
 async def complete_parents(
-    conn: AsyncConnection, finishes: Sequence[tuple[runs.RunRow, FinishRun]]
+    conn: AsyncConnection, shards: Shards, finishes: Sequence[tuple[runs.RunRow, FinishRun]]
 ) -> None:
-    """A finished child's result completes its parent's CHILD task, like a worker's report."""
+    """A finished child's result completes its parent's CHILD task, like a worker's report
+    (in the parent's key: the child's, but for a child started before keys existed)."""
     reports: list[Report] = []
     for run, action in finishes:
         if run.parent_run_id is None:
@@ -377,7 +405,7 @@ async def complete_parents(
             output=output,
             error=error,
         )
-        reports.append(Report(move))
+        reports.append(Report(move, shards.of_run(run.parent_run_id)))
     await apply_reports(conn, reports, "child finished")
 
 
@@ -388,7 +416,8 @@ def decision_retry_delay(failures: int, base: timedelta, cap: timedelta) -> time
 
 
 class DeciderLoop(Loop):
-    """Claims batches of runs to decide; decides each under its row lock."""
+    """Takes batches of runs to decide, one shard key at a time, from the keys it holds
+    (``held``, every key of ``shards`` by default); decides each under its row lock."""
 
     name = "decider"
 
@@ -396,6 +425,8 @@ class DeciderLoop(Loop):
         self,
         engine: AsyncEngine,
         *,
+        shards: Shards,
+        held: HeldShards | None = None,
         wakeups: Wakeups | None = None,
         batch_size: int = 200,
         poll_interval: float = 1.0,
@@ -407,32 +438,100 @@ class DeciderLoop(Loop):
         restarts: RestartPolicy | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
+        # No channel for the base loop: this loop subscribes itself, for the payload.
         super().__init__(
-            poll_interval=poll_interval,
-            wakeups=wakeups,
-            channel=notify.decide_channel(schema),
-            restarts=restarts,
+            poll_interval=poll_interval, wakeups=wakeups, channel=None, restarts=restarts
         )
         self.engine = engine
         self.schema = schema
+        self.shards = shards
+        self.held: HeldShards = AllShards(shards) if held is None else held
         self.batch_size = batch_size
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self.max_failures = max_failures
         self.specs = SpecCache()
         self.decided = 0
+        self.takes = 0  # decide_queue takes sent (one per key and tick it was dirty)
         # A sibling loop in this process, woken when this one finds more than one run
-        # waiting: under load two batches overlap, while a lone run (a signal) wakes
-        # one loop only and nothing competes with its decision.
+        # waiting in a key: under load two batches of the key overlap, while a lone run
+        # (a signal) wakes one loop only and nothing competes with its decision.
         self.helper = helper
         self.handoff = handoff  # a Runtime that also runs a worker leases attempts to it
+        self._decide_channel = notify.decide_channel(schema)
+        self._listening = False
+        # Keys that may have runs to decide, in the order they are taken.
+        self._dirty: dict[int, None] = {}
+        self._all_marked_at = -float("inf")  # when every held key was last marked dirty
+
+    async def run(self) -> None:
+        """Listen on the decide channel for the keys with new work, then run the loop."""
+        subscribed = None
+        if self._wakeups is not None:
+            subscribed = await self._wakeups.subscribe(
+                self._decide_channel, on_payload=self._on_decide_payload
+            )
+        self._listening = True
+        try:
+            await super().run()
+        finally:
+            self._listening = False
+            if self._wakeups is not None and subscribed is not None:
+                await self._wakeups.unsubscribe(
+                    self._decide_channel, subscribed, self._on_decide_payload
+                )
+
+    def _on_decide_payload(self, payload: str) -> None:
+        """A decide NOTIFY: the key it names has runs to decide (every held key when the
+        payload is empty or not a key)."""
+        if self._listening:
+            shard = payload_shard(payload)
+            self.decide_now(None if shard is None else [shard])
+
+    def decide_now(self, shards: Iterable[int] | None = None) -> None:
+        """Mark ``shards`` (every held key when None) as having runs to decide and wake the
+        loop: a NOTIFY's key, a local worker's committed reports (``Runtime``), a sibling
+        loop that found more than one run waiting. Keys not held are ignored."""
+        held = self.held.held()
+        marked = False
+        for shard in held if shards is None else shards:
+            if shard in held:
+                self._dirty[shard] = None
+                marked = True
+        if marked:
+            self.nudge()
+
+    def _due_keys(self) -> list[int]:
+        """The held keys to take from this tick: the dirty ones, and every held key once
+        per poll interval (a tick with nothing dirty is a poll)."""
+        held = self.held.held()
+        clock = time.monotonic()
+        if not self._dirty or clock - self._all_marked_at >= self.poll_interval:
+            self._all_marked_at = clock
+            for shard in held:
+                self._dirty[shard] = None
+        keys = [shard for shard in self._dirty if shard in held]
+        self._dirty.clear()
+        return keys
 
     async def tick(self) -> bool:
+        """One take per dirty held key, each key's batch in its own transaction; True when
+        a take came back full (its key stays dirty) or a key was marked meanwhile."""
+        full = False
+        for shard in self._due_keys():
+            if await self._decide_key(shard):
+                self._dirty[shard] = None
+                full = True
+        return full
+
+    async def _decide_key(self, shard: int) -> bool:
+        """Take and decide one batch of key ``shard``; True when the take was full."""
         began = time.time_ns()
         claimed: list[uuid.UUID] = []
         try:
             async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
-                claimed = list(await decide_queue.take(conn, self.batch_size))
+                self.takes += 1
+                claimed = list(await decide_queue.take(conn, shard, self.batch_size))
                 if not claimed:
                     return False
                 # Read after the take, whose ``available_at <= now()`` used the server's
@@ -440,9 +539,9 @@ class DeciderLoop(Loop):
                 # run taken at its start time with an earlier time.
                 now = datetime.now(UTC)
                 if len(claimed) > 1 and self.helper is not None:
-                    self.helper.nudge()
-                batch = await decide_runs(conn, claimed, self.specs, now)
-                await local.lease(conn, batch.enqueues, now)
+                    self.helper.decide_now([shard])
+                batch = await decide_runs(conn, self.shards, shard, claimed, self.specs, now)
+                await local.lease(conn, shard, batch.enqueues, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
             hooks.decisions_committed(batch.facts, began)
@@ -452,26 +551,29 @@ class DeciderLoop(Loop):
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
             hooks.decision_batch_failed(len(claimed), began)
-            await self._one_by_one(claimed)
+            await self._one_by_one(shard, claimed)
         return len(claimed) >= self.batch_size
 
-    async def _one_by_one(self, run_ids: Sequence[uuid.UUID]) -> None:
+    async def _one_by_one(self, shard: int, run_ids: Sequence[uuid.UUID]) -> None:
         began = time.time_ns()
         facts: list[hooks.DecisionFacts] = []
         async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
             cancels = False
-            taken = await decide_queue.take(conn, len(run_ids), run_ids)
-            now = datetime.now(UTC)  # after the take, as in ``tick``
+            self.takes += 1
+            taken = await decide_queue.take(conn, shard, len(run_ids), run_ids)
+            now = datetime.now(UTC)  # after the take, as in ``_decide_key``
             for run_id, failed_before in taken.items():
                 try:
                     async with conn.begin_nested():
-                        batch = await decide_runs(conn, [run_id], self.specs, now)
-                        await local.lease(conn, batch.enqueues, now)
+                        batch = await decide_runs(
+                            conn, self.shards, shard, [run_id], self.specs, now
+                        )
+                        await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:
                     if conn.invalidated:
                         raise  # the connection died, not the decision: the tick is retried
                     hooks.decision_failed()
-                    await self._failed(conn, run_id, failed_before + 1, error, now)
+                    await self._failed(conn, shard, run_id, failed_before + 1, error, now)
                     continue
                 self.decided += 1
                 facts += batch.facts
@@ -482,6 +584,7 @@ class DeciderLoop(Loop):
     async def _failed(
         self,
         conn: AsyncConnection,
+        shard: int,
         run_id: uuid.UUID,
         failures: int,
         error: Exception,
@@ -491,8 +594,8 @@ class DeciderLoop(Loop):
         DEBUG), the traceback at ERROR once, when the run is parked."""
         message = f"{type(error).__name__}: {error}"[:2000]
         if failures >= self.max_failures:
-            await decide_queue.record_failure(conn, run_id, failures, message, None)
-            await outbox.publish(conn, [relay.quarantine_event(run_id, failures, message)])
+            await decide_queue.record_failure(conn, shard, run_id, failures, message, None, now)
+            await outbox.publish(conn, shard, [relay.quarantine_event(run_id, failures, message)])
             log.error(
                 "run %s quarantined after %d failed decisions (%s); fix the cause, then "
                 "`legato runs resume %s`",
@@ -505,7 +608,7 @@ class DeciderLoop(Loop):
             )
             return
         delay = decision_retry_delay(failures, self.retry_delay, self.max_retry_delay)
-        await decide_queue.record_failure(conn, run_id, failures, message, now + delay)
+        await decide_queue.record_failure(conn, shard, run_id, failures, message, now + delay, now)
         log.error(
             "deciding run %s failed (%d of %d before quarantine): %s; retrying in %.1fs",
             run_id,

@@ -2,7 +2,8 @@
 
 A row whose decisions keep failing carries its failure count (the back-off's exponent)
 and last error; past the decider's bound it is quarantined: left out of the take (and
-its index) until ``resume``.
+its index) until ``resume``. Every statement but the quarantine listing is within one
+shard key (the parameter ``shard``); the decider takes one key at a time.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
+from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     DateTime,
     Integer,
+    SmallInteger,
     Text,
     bindparam,
     case,
@@ -36,40 +40,55 @@ from legato.schema import DecideQueue, Runs
 
 async def enqueue(
     conn: AsyncConnection,
+    shard: int,
     run_ids: Iterable[uuid.UUID],
     reason: str,
     available_at: datetime | None = None,
 ) -> None:
-    """Ask for a decision on each run (client start/signal/cancel, worker, timer, sweeper).
+    """Ask for a decision on each run of key ``shard`` (client start/signal/cancel,
+    worker, timer, sweeper, decider for child runs).
 
     Upserts in run-id order with ``ON CONFLICT DO UPDATE``, not ``DO NOTHING``: the
     update takes the row lock, so a report that races a decider evaluating the same
     run waits for it and re-inserts the row after — no lost wake-up. Ordered, so
     two batching writers never deadlock. A row backing off after a failed decision
     keeps its later ``available_at`` (new work does not undo the back-off), and a
-    quarantined row stays quarantined. Served by the primary key.
+    quarantined row stays quarantined. Without ``available_at`` a new row is due at the
+    column's default (the server's ``now()``), which the upsert reads back as
+    ``excluded.available_at``: no ``now()`` inside the conflict's SET. Every run id
+    lies in ``shard``; a batch spanning keys is one call per key. Served by the
+    primary key (shard, run_id).
     """
     ordered = sorted(set(run_ids))
     if ordered:
-        await conn.execute(
-            _enqueue_statement(),
-            {"run_ids": ordered, "reason": reason, "available_at": available_at},
-        )
+        params: dict[str, object] = {"shard": shard, "run_ids": ordered, "reason": reason}
+        if available_at is not None:
+            params["available_at"] = available_at
+        await conn.execute(_enqueue_statement(available_at is not None), params)
+
+
+def _shard() -> BindParameter[int]:
+    return bindparam("shard", type_=SmallInteger())
 
 
 @cache
-def _enqueue_statement() -> Insert:
-    rows = select(
+def _enqueue_statement(timed: bool) -> Insert:
+    columns = ["shard", "run_id", "reason"]
+    values: list[Any] = [
+        _shard(),
         func.unnest(uuid_array("run_ids")).label("run_id"),
         bindparam("reason", type_=Text()).label("reason"),
-        func.coalesce(bindparam("available_at", type_=DateTime(timezone=True)), func.now()).label(
-            "available_at"
-        ),
-    ).order_by(literal_column("run_id"))
-    statement = insert(DecideQueue.table).from_select(["run_id", "reason", "available_at"], rows)
+    ]
+    if timed:
+        columns.append("available_at")
+        values.append(
+            bindparam("available_at", type_=DateTime(timezone=True)).label("available_at")
+        )
+    rows = select(*values).order_by(literal_column("run_id"))
+    statement = insert(DecideQueue.table).from_select(columns, rows)
     excluded = statement.excluded
     return statement.on_conflict_do_update(
-        index_elements=[DecideQueue.run_id],
+        index_elements=[DecideQueue.shard, DecideQueue.run_id],
         set_={
             DecideQueue.reason: excluded.reason,
             DecideQueue.available_at: case(
@@ -81,19 +100,20 @@ def _enqueue_statement() -> Insert:
 
 
 async def take(
-    conn: AsyncConnection, limit: int, run_ids: Sequence[uuid.UUID] | None = None
+    conn: AsyncConnection, shard: int, limit: int, run_ids: Sequence[uuid.UUID] | None = None
 ) -> dict[uuid.UUID, int]:
-    """Take up to ``limit`` runs due for a decision (or just ``run_ids``) off the queue
-    (decider loop): run id -> decisions of it that failed so far, in run-id order.
+    """Take up to ``limit`` runs of key ``shard`` due for a decision (or just
+    ``run_ids``, all of that key) off the queue (decider loop, one take per dirty key):
+    run id -> decisions of it that failed so far, in run-id order.
 
     Deleted at once but locked until the decision commits: a report racing the
     decision waits on the deleted row and inserts a new one after the commit (or
     finds it restored by a rollback) — no lost wake-up, and no separate delete.
     ``FOR UPDATE SKIP LOCKED``: deciders never wait on each other. Quarantined rows
-    are never taken. Served by the partial index ``ix_decide_queue_decider`` (or the
-    primary key for ``run_ids``).
+    are never taken. Served by the partial index ``ix_decide_queue_decider`` (shard,
+    available_at) (or the primary key (shard, run_id) for ``run_ids``).
     """
-    params: dict[str, object] = {"limit": limit}
+    params: dict[str, object] = {"shard": shard, "limit": limit}
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None), params)
@@ -103,7 +123,9 @@ async def take(
 @cache
 def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
     due = select(DecideQueue.run_id).where(
-        DecideQueue.available_at <= func.now(), DecideQueue.quarantined_at.is_(None)
+        DecideQueue.shard == _shard(),
+        DecideQueue.available_at <= func.now(),
+        DecideQueue.quarantined_at.is_(None),
     )
     if chosen:
         due = due.where(in_array(DecideQueue.run_id, uuid_array("run_ids")))
@@ -113,44 +135,54 @@ def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
     )
     return (
         delete(DecideQueue.table)
-        .where(DecideQueue.run_id == taken.c.run_id)
+        .where(DecideQueue.shard == _shard(), DecideQueue.run_id == taken.c.run_id)
         .returning(DecideQueue.run_id, DecideQueue.failures)
     )
 
 
 async def record_failure(
     conn: AsyncConnection,
+    shard: int,
     run_id: uuid.UUID,
     failures: int,
     error: str,
     retry_at: datetime | None,
+    now: datetime | None = None,
 ) -> None:
     """Put back a run whose decision failed (decider loop, after ``take`` deleted its
-    row): ``failures`` in a row so far, due again at ``retry_at``, or quarantined when
-    ``retry_at`` is None. Primary key."""
+    row): ``failures`` in a row so far, due again at ``retry_at``, or quarantined at
+    ``now`` (the caller's clock by default) when ``retry_at`` is None. Primary key
+    (shard, run_id)."""
+    at = now or datetime.now(UTC)
     values = {
+        "shard": shard,
         "run_id": run_id,
         "reason": "decision failed",
         "failures": failures,
         "last_error": error,
-        "available_at": retry_at or func.now(),
-        "quarantined_at": func.now() if retry_at is None else None,
+        "available_at": retry_at or at,
+        "quarantined_at": at if retry_at is None else None,
     }
     statement = insert(DecideQueue.table).values(values)
     await conn.execute(
         statement.on_conflict_do_update(
-            index_elements=[DecideQueue.run_id],
-            set_={k: statement.excluded[k] for k in values if k != "run_id"},
+            index_elements=[DecideQueue.shard, DecideQueue.run_id],
+            set_={k: statement.excluded[k] for k in values if k not in ("shard", "run_id")},
         )
     )
 
 
-async def resume(conn: AsyncConnection, run_id: uuid.UUID) -> bool:
-    """Make a quarantined run due again with a clean failure count (Client.resume,
-    ``legato runs resume``); False when it was not quarantined. Primary key."""
+async def resume(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> bool:
+    """Make a quarantined run of key ``shard`` due again with a clean failure count
+    (Client.resume, ``legato runs resume``); False when it was not quarantined.
+    Primary key (shard, run_id)."""
     result = await conn.execute(
         update(DecideQueue.table)
-        .where(DecideQueue.run_id == run_id, DecideQueue.quarantined_at.is_not(None))
+        .where(
+            DecideQueue.shard == shard,
+            DecideQueue.run_id == run_id,
+            DecideQueue.quarantined_at.is_not(None),
+        )
         .values(
             quarantined_at=None,
             failures=0,
@@ -175,9 +207,10 @@ class QuarantinedRun:
 
 
 async def quarantined(conn: AsyncConnection, limit: int) -> list[QuarantinedRun]:
-    """Quarantined runs, most recently parked first (Client.list_quarantined, ``legato
-    runs list --quarantined``). Served by ``ix_decide_queue_quarantined``, then the runs'
-    primary keys."""
+    """Fan-out across shard keys: quarantined runs of every key, most recently parked
+    first (Client.list_quarantined, ``legato runs list --quarantined``; never on a hot
+    path). Served by ``ix_decide_queue_quarantined``, then the runs' primary keys
+    (shard, id), joined within each row's key."""
     rows = await conn.execute(
         select(
             DecideQueue.run_id,
@@ -186,7 +219,7 @@ async def quarantined(conn: AsyncConnection, limit: int) -> list[QuarantinedRun]
             DecideQueue.quarantined_at,
             DecideQueue.last_error,
         )
-        .join(Runs.table, Runs.id == DecideQueue.run_id)
+        .join(Runs.table, (Runs.shard == DecideQueue.shard) & (Runs.id == DecideQueue.run_id))
         .where(DecideQueue.quarantined_at.is_not(None))
         .order_by(DecideQueue.quarantined_at.desc())
         .limit(limit)

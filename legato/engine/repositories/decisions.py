@@ -2,10 +2,13 @@
 
 Each table's module owns its part (``tasks.inserted``, ``task_queue.enqueued``, ...);
 this module only joins them, so a decision costs one round trip for its writes however
-many tables it touches. The parts see one snapshot and not each other's writes, so
-the caller hands over writes that do not depend on one another (``Batch.write`` folds a
-task created and resolved in one batch into its insert, and deletes cancelled queue
-rows beforehand, in the lock order).
+many tables it touches. Every part is within the batch's one shard key: each filters
+and inserts by the one scalar parameter ``in_shard`` (``tasks.SHARD_PARAM``; not
+``shard``, which would make each UPDATE part also SET its ``shard`` column from an
+unbound copy). The parts see one snapshot and not each
+other's writes, so the caller hands over writes that do not depend on one another
+(``Batch.write`` folds a task created and resolved in one batch into its insert, and
+deletes cancelled queue rows beforehand, in the lock order).
 """
 
 from __future__ import annotations
@@ -47,9 +50,10 @@ class Writes:
     finishes: Sequence[runs.Finish]
 
 
-async def write(conn: AsyncConnection, writes: Writes, now: datetime) -> set[uuid.UUID]:
-    """Apply a batch's writes in one statement (decider loop, under the runs' locks);
-    returns the task ids of the fenced moves that applied (a stale one is absent).
+async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime) -> set[uuid.UUID]:
+    """Apply a batch's writes, all of runs of key ``shard``, in one statement (decider
+    loop, under the runs' locks); returns the task ids of the fenced moves that applied
+    (a stale one is absent).
 
     A part with no rows is an ``unnest`` of empty arrays: it writes nothing, at next
     to no cost, and the statement keeps its shape. Two parts are left out when they
@@ -57,23 +61,23 @@ async def write(conn: AsyncConnection, writes: Writes, now: datetime) -> set[uui
     because its statement trigger NOTIFYs the workers even for no rows, and the
     ``outbox`` insert, whose join of ``runs`` and ``webhook_endpoints`` is planned
     even for no rows (most decisions neither start nor finish a run). Each part is
-    served by its own table's primary key (see each part's docstring).
+    served by its own table's primary key, led by the key (see each part's docstring).
     """
     if any(frozenset(m.from_states) != ACTIVE_TASK_STATES for m in writes.moves):
         raise ValueError("a decision's moves are fenced on the active states")
     params: dict[str, Any] = {
-        **tasks.inserted_params(writes.creates),
-        **timers.armed_params(writes.timers, now),
-        **signals.consumed_params(writes.consumed),
-        **tasks.moved_params(writes.moves, ACTIVE_TASK_STATES),
-        **tasks.marked_observed_params(writes.observed),
-        **run_events.appended_params(writes.events),
-        **runs.finished_params(writes.finishes),
+        **tasks.inserted_params(shard, writes.creates),
+        **timers.armed_params(shard, writes.timers, now),
+        **signals.consumed_params(shard, writes.consumed),
+        **tasks.moved_params(shard, writes.moves, ACTIVE_TASK_STATES),
+        **tasks.marked_observed_params(shard, writes.observed),
+        **run_events.appended_params(shard, writes.events),
+        **runs.finished_params(shard, writes.finishes),
     }
     if writes.enqueues:
-        params.update(task_queue.enqueued_params(writes.enqueues))
+        params.update(task_queue.enqueued_params(shard, writes.enqueues))
     if writes.lifecycle:
-        params.update(outbox.published_params(writes.lifecycle))
+        params.update(outbox.published_params(shard, writes.lifecycle))
     statement = _statement(bool(writes.enqueues), bool(writes.lifecycle))
     result = await conn.execute(statement, params)
     return set(result.scalars())

@@ -1,6 +1,7 @@
 """``tasks``: one row per attempt of a node, partitioned monthly by run id.
 
-Every statement filters on the run id (one partition). Updates that follow a
+Every statement filters on the run's shard key (the parameter ``shard``) and the run
+id (one partition), except the emit's fan-out :func:`open_waits`. Updates that follow a
 report are fenced on (run id, task id, attempt, active state): a stale report
 matches nothing, changes nothing, and the caller learns it did not apply.
 """
@@ -16,10 +17,13 @@ from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    BindParameter,
     Insert,
     Integer,
     Select,
+    SmallInteger,
     Text,
+    and_,
     bindparam,
     false,
     func,
@@ -82,15 +86,27 @@ TASK_ROW_COLUMNS = (
 )
 
 
-async def load_many(
-    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[TaskRow]]:
-    """Every attempt of each run, in creation order (Client.get_run; the decider reads
-    them with its signals, :func:`snapshots`).
+# Not ``shard``: an UPDATE executed with a parameter named like one of its table's
+# columns also SETs that column from it (SQLAlchemy's crud), and as a part of
+# ``decisions.write`` it would be an unbound copy.
+SHARD_PARAM = "in_shard"
 
-    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` in the runs' partitions.
+
+def shard_param() -> BindParameter[int]:
+    """The statement's one shard key, the scalar parameter ``in_shard`` (one name for
+    every part of ``decisions.write``'s statement)."""
+    return bindparam(SHARD_PARAM, type_=SmallInteger())
+
+
+async def load_many(
+    conn: AsyncConnection, shard: int, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[TaskRow]]:
+    """Every attempt of each run of key ``shard``, in creation order (Client.get_run; the
+    decider reads them with its signals, :func:`snapshots`).
+
+    Served by ``ix_tasks_shard_run_id_node_id_iteration_attempt`` in the runs' partitions.
     """
-    result = await conn.execute(_load_statement(), {"run_ids": list(run_ids)})
+    result = await conn.execute(_load_statement(), {SHARD_PARAM: shard, "run_ids": list(run_ids)})
     grouped: dict[uuid.UUID, list[TaskRow]] = {run_id: [] for run_id in run_ids}
     for row in result:
         grouped[row[0]].append(TaskRow(*row[1:]))
@@ -118,24 +134,27 @@ def _load_statement() -> Select[
 ]:
     return (
         select(Tasks.run_id, *TASK_ROW_COLUMNS)
-        .where(in_array(Tasks.run_id, uuid_array("run_ids")))
+        .where(Tasks.shard == shard_param(), in_array(Tasks.run_id, uuid_array("run_ids")))
         .order_by(Tasks.run_id, Tasks.created_at, Tasks.node_id, Tasks.iteration, Tasks.attempt)
     )
 
 
 async def snapshots(
-    conn: AsyncConnection, run_ids: Sequence[uuid.UUID]
+    conn: AsyncConnection, shard: int, run_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]]:
     """Each run's attempts, in creation order, and its unconsumed signals, oldest first:
-    the decider's snapshot of a batch of locked runs in ONE read (decider loop).
+    the decider's snapshot of a batch of locked runs of key ``shard`` in ONE read
+    (decider loop); both parts filter on the key.
 
     ``load_many``'s rows ``UNION ALL`` the runs' unconsumed signals, told apart by a
     leading 0 / 1; a signal rides in the task columns (id, name as ``task_name``,
     payload as ``output``, created_at as ``started_at``), so its order is its id's.
-    Served by ``ix_tasks_run_id_node_id_iteration_attempt`` and the partial index
-    ``ix_signals_pending`` in the runs' partitions; built once.
+    Served by ``ix_tasks_shard_run_id_node_id_iteration_attempt`` and the partial index
+    ``ix_signals_pending`` (shard, run_id, id) in the runs' partitions; built once.
     """
-    result = await conn.execute(_snapshot_statement(), {"run_ids": list(run_ids)})
+    result = await conn.execute(
+        _snapshot_statement(), {SHARD_PARAM: shard, "run_ids": list(run_ids)}
+    )
     grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
         run_id: ([], []) for run_id in run_ids
     }
@@ -152,7 +171,7 @@ async def snapshots(
 def _snapshot_statement() -> Any:
     run_ids = uuid_array("run_ids")
     attempts = select(Tasks.run_id, literal_column("0", Integer()), *TASK_ROW_COLUMNS).where(
-        in_array(Tasks.run_id, run_ids)
+        Tasks.shard == shard_param(), in_array(Tasks.run_id, run_ids)
     )
     pending = select(
         Signals.run_id,
@@ -168,7 +187,11 @@ def _snapshot_statement() -> Any:
         Signals.created_at,
         null(),  # finished_at
         false(),  # cached
-    ).where(in_array(Signals.run_id, run_ids), Signals.consumed_at.is_(None))
+    ).where(
+        Signals.shard == shard_param(),
+        in_array(Signals.run_id, run_ids),
+        Signals.consumed_at.is_(None),
+    )
     # Positions in the union: run_id, which, then TASK_ROW_COLUMNS.
     return union_all(attempts, pending).order_by(
         *(literal_column(str(n)) for n in (1, 2, 14, 4, 5, 6, 3))
@@ -203,17 +226,18 @@ _NEW_TASKS = Unnest("new_tasks", NewTask, Tasks)
 
 @cache
 def inserted() -> Insert:
-    """Insert the attempts a batch of decisions created (``decisions.write``, bound by
-    :func:`inserted_params`): one INSERT over ``unnest`` of array parameters; built once.
+    """Insert the attempts a batch of decisions created in key ``:shard``
+    (``decisions.write``, bound by :func:`inserted_params`): one INSERT over ``unnest``
+    of array parameters, every row taking the one key; built once.
 
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
     """
-    return _NEW_TASKS.insert()
+    return _NEW_TASKS.insert(shard=shard_param())
 
 
-def inserted_params(rows: Sequence[NewTask]) -> dict[str, Any]:
-    return _NEW_TASKS.bind(rows)
+def inserted_params(shard: int, rows: Sequence[NewTask]) -> dict[str, Any]:
+    return {**_NEW_TASKS.bind(rows), SHARD_PARAM: shard}
 
 
 class Transition(NamedTuple):
@@ -241,30 +265,35 @@ _MOVES = Unnest(
 
 
 async def transition_many(
-    conn: AsyncConnection, moves: Sequence[Transition]
+    conn: AsyncConnection, shard: int, moves: Sequence[Transition]
 ) -> dict[uuid.UUID, str | None]:
-    """Apply fenced transitions; returns, for each one that applied, its task id and the
-    attempt's queue name (None for rows without one). A stale move is simply absent.
+    """Apply fenced transitions of attempts of key ``shard``; returns, for each one that
+    applied, its task id and the attempt's queue name (None for rows without one). A
+    stale move is simply absent.
 
     Callers: worker reports, timer loop, lease sweeper, decider (waits completed by a
     signal, cancellation, child completion). One UPDATE per distinct set of allowed
     source states, joined to ``unnest`` of array parameters (built once); primary keys
-    of the runs' partitions.
+    (shard, run_id, id) of the runs' partitions.
     """
     applied: dict[uuid.UUID, str | None] = {}
     by_source: dict[frozenset[TaskState], list[Transition]] = {}
     for move in moves:
         by_source.setdefault(frozenset(move.from_states), []).append(move)
     for sources, group in by_source.items():
-        result = await conn.execute(moved(), moved_params(group, sources))
+        result = await conn.execute(moved(), moved_params(shard, group, sources))
         applied.update(result.all())
     return applied
 
 
-def moved_params(moves: Sequence[Transition], sources: Collection[TaskState]) -> dict[str, Any]:
-    """The parameters of :func:`moved` for ``moves`` that all leave one of ``sources``."""
+def moved_params(
+    shard: int, moves: Sequence[Transition], sources: Collection[TaskState]
+) -> dict[str, Any]:
+    """The parameters of :func:`moved` for ``moves`` of key ``shard`` that all leave one
+    of ``sources``."""
     return {
         **_MOVES.bind(moves),
+        SHARD_PARAM: shard,
         "fence_run_ids": sorted({m.run_id for m in moves}),
         "sources": sorted(sources),
     }
@@ -276,6 +305,7 @@ def moved() -> ReturningUpdate[uuid.UUID, str]:
     queue (also a CTE of ``decisions.write``)."""
     attempt = _MOVES.value("attempt")
     return _MOVES.update(
+        Tasks.shard == shard_param(),
         in_array(Tasks.run_id, uuid_array("fence_run_ids")),
         Tasks.run_id == _MOVES.value("run_id"),
         Tasks.id == _MOVES.value("task_id"),
@@ -291,10 +321,12 @@ def moved() -> ReturningUpdate[uuid.UUID, str]:
 def marked_observed() -> Update:
     """Record that the decider has written these terminal rows' history
     (``decisions.write``, bound by :func:`marked_observed_params`). One UPDATE for the
-    batch; primary keys of the runs' partitions; built once."""
+    batch, within key ``:shard``; primary keys (shard, run_id, id) of the runs'
+    partitions; built once."""
     return (
         update(Tasks.table)
         .where(
+            Tasks.shard == shard_param(),
             in_array(Tasks.run_id, uuid_array("observed_run_ids")),
             # Task ids are unique across runs; the run ids prune partitions.
             in_array(Tasks.id, uuid_array("observed_task_ids")),
@@ -303,8 +335,11 @@ def marked_observed() -> Update:
     )
 
 
-def marked_observed_params(observed: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> dict[str, Any]:
+def marked_observed_params(
+    shard: int, observed: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> dict[str, Any]:
     return {
+        SHARD_PARAM: shard,
         "observed_run_ids": sorted({r for r, _ in observed}),
         "observed_task_ids": [t for _, t in observed],
     }
@@ -320,14 +355,16 @@ class AttemptTiming:
 
 
 async def timings(
-    conn: AsyncConnection, keys: Sequence[tuple[uuid.UUID, uuid.UUID]]
+    conn: AsyncConnection, shard: int, keys: Sequence[tuple[uuid.UUID, uuid.UUID]]
 ) -> dict[uuid.UUID, AttemptTiming]:
-    """Attempts' state, queue and start times (timer loop, before acting on a
-    schedule-to-start or start-to-close timer). Primary keys of the runs' partitions."""
+    """Attempts' state, queue and start times, all of key ``shard`` (timer loop, before
+    acting on a schedule-to-start or start-to-close timer). Primary keys (shard, run_id,
+    id) of the runs' partitions."""
     if not keys:
         return {}
     result = await conn.execute(
         select(Tasks.id, Tasks.state, Tasks.queue, Tasks.available_at, Tasks.started_at).where(
+            Tasks.shard == shard,
             in_array(Tasks.run_id, uuid_array("run_ids", {r for r, _ in keys})),
             in_array(Tasks.id, uuid_array("task_ids", [t for _, t in keys])),
         )
@@ -336,14 +373,16 @@ async def timings(
 
 
 async def release_attempts(
-    conn: AsyncConnection, attempts: Sequence[tuple[uuid.UUID, uuid.UUID, int]]
+    conn: AsyncConnection, shard: int, attempts: Sequence[tuple[uuid.UUID, uuid.UUID, int]]
 ) -> None:
-    """Put RUNNING attempts back to QUEUED (worker graceful shutdown), so another worker
-    takes them at once. Fenced on attempt and state. Primary keys."""
+    """Put RUNNING attempts of key ``shard`` back to QUEUED (worker graceful shutdown), so
+    another worker takes them at once. Fenced on attempt and state. Primary keys
+    (shard, run_id, id)."""
     for run_id, task_id, attempt in attempts:
         await conn.execute(
             update(Tasks.table)
             .where(
+                Tasks.shard == shard,
                 Tasks.run_id == run_id,
                 Tasks.id == task_id,
                 Tasks.attempt == attempt,
@@ -354,12 +393,14 @@ async def release_attempts(
 
 
 async def open_waits(conn: AsyncConnection, event_name: str) -> dict[uuid.UUID, str]:
-    """The runs an emit of ``event_name`` delivers to (Client.emit), each with its
-    workflow's name, in run-id order: RUNNING, with a wait open for the event, and no
+    """Fan-out across shard keys: the runs of every key an emit of ``event_name``
+    delivers to (Client.emit, which then signals them one statement per key), each with
+    its workflow's name, in run-id order: RUNNING, with a wait open for the event, and no
     unconsumed signal of that name buffered (an earlier emit their decider has not taken
     yet). One statement whatever the number of runs; served by the partial index
     ``ix_tasks_open_waits`` (only WAITING event rows are in it), then the runs' and
-    signals' primary-key partitions (``ix_signals_pending``). Built once."""
+    signals' primary-key partitions (``ix_signals_pending``), each joined within the
+    task's own key. Built once."""
     result = await conn.execute(_open_waits_statement(), {"event_name": event_name})
     return dict(result.all())
 
@@ -368,13 +409,16 @@ async def open_waits(conn: AsyncConnection, event_name: str) -> dict[uuid.UUID, 
 def _open_waits_statement() -> Select[uuid.UUID, str]:
     event_name = bindparam("event_name", type_=Text())
     buffered = select(Signals.run_id).where(
+        Signals.shard == Tasks.shard,
         Signals.run_id == Tasks.run_id,
         Signals.name == event_name,
         Signals.consumed_at.is_(None),
     )
     return (
         select(Runs.id, Runs.workflow_name)
-        .join_from(Tasks.table, Runs.table, Runs.id == Tasks.run_id)
+        .join_from(
+            Tasks.table, Runs.table, and_(Runs.shard == Tasks.shard, Runs.id == Tasks.run_id)
+        )
         .where(
             Tasks.state == TaskState.WAITING,
             Tasks.event_name == event_name,

@@ -3,6 +3,9 @@
 ``due_at`` is when the timer really fires; ``fire_at`` is capped at the timer
 partitions' horizon, and a timer that fires before it is due is simply re-armed,
 so arbitrarily long sleeps need neither a DEFAULT partition nor years of partitions.
+
+A timer lives in its run's shard key (the parameter ``shard``, first in the primary key
+(shard, fire_at, id)): the timer loop takes due timers one key at a time.
 """
 
 from __future__ import annotations
@@ -13,17 +16,29 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Insert, Integer, bindparam, delete, func, select
+from sqlalchemy import (
+    BindParameter,
+    DateTime,
+    Insert,
+    Integer,
+    SmallInteger,
+    bindparam,
+    delete,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import Unnest
+from legato.engine.repositories.tasks import SHARD_PARAM
 from legato.schema import TimerKind, Timers
 
 # The partition maintenance creates timer partitions a week ahead; stay inside them
 # even if maintenance has not run for a day.
 HORIZON = timedelta(days=6)
+
+_TIME = DateTime(timezone=True)
 
 
 def capped_fire_at(due_at: datetime, now: datetime) -> datetime:
@@ -32,7 +47,8 @@ def capped_fire_at(due_at: datetime, now: datetime) -> datetime:
 
 
 class DueTimer(NamedTuple):
-    """A ``timers`` row: the one a decision arms, and the one the timer loop takes."""
+    """A ``timers`` row: the one a decision arms, and the one the timer loop takes (its
+    key is its run's, ``Shards.of_run(run_id)``; the take's statement is of one key)."""
 
     fire_at: datetime
     id: uuid.UUID
@@ -46,22 +62,30 @@ class DueTimer(NamedTuple):
 _TIMERS = Unnest("new_timers", DueTimer, Timers)
 
 
-async def arm(conn: AsyncConnection, timers: Sequence[DueTimer], now: datetime) -> None:
-    """Store timers, capped at the partitions' horizon: new ones (decider loop) and
-    those that fired at the horizon before they were due (timer loop). One INSERT over
-    ``unnest`` of array parameters, built once."""
+def _shard() -> BindParameter[int]:
+    return bindparam(SHARD_PARAM, type_=SmallInteger())
+
+
+async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now: datetime) -> None:
+    """Store timers of runs of key ``shard``, capped at the partitions' horizon: new ones
+    (decider loop) and those that fired at the horizon before they were due (timer
+    loop). One INSERT over ``unnest`` of array parameters, built once."""
     if timers:
-        await conn.execute(armed(), armed_params(timers, now))
+        await conn.execute(armed(), armed_params(shard, timers, now))
 
 
 @cache
 def armed() -> Insert:
-    """:func:`arm`'s INSERT (also a CTE of ``decisions.write``)."""
-    return _TIMERS.insert()
+    """:func:`arm`'s INSERT, every row in key ``:shard`` (also a CTE of
+    ``decisions.write``)."""
+    return _TIMERS.insert(shard=_shard())
 
 
-def armed_params(timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
-    return _TIMERS.bind([t._replace(fire_at=capped_fire_at(t.due_at, now)) for t in timers])
+def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
+    return {
+        **_TIMERS.bind([t._replace(fire_at=capped_fire_at(t.due_at, now)) for t in timers]),
+        SHARD_PARAM: shard,
+    }
 
 
 @cache
@@ -70,14 +94,14 @@ def _take_due_statement() -> ReturningDelete[
 ]:
     due = locked(
         select(Timers.fire_at, Timers.id)
-        .where(Timers.fire_at <= func.now())
+        .where(Timers.shard == _shard(), Timers.fire_at <= bindparam("now", type_=_TIME))
         .order_by(Timers.fire_at)
         .limit(bindparam("limit", type_=Integer())),
         "due",
     )
     return (
         delete(Timers.table)
-        .where(Timers.fire_at == due.c.fire_at, Timers.id == due.c.id)
+        .where(Timers.shard == _shard(), Timers.fire_at == due.c.fire_at, Timers.id == due.c.id)
         .returning(
             Timers.fire_at,
             Timers.id,
@@ -90,12 +114,15 @@ def _take_due_statement() -> ReturningDelete[
     )
 
 
-async def take_due(conn: AsyncConnection, limit: int) -> list[DueTimer]:
-    """Delete and return up to ``limit`` due timers (timer loop), oldest first.
+async def take_due(conn: AsyncConnection, shard: int, limit: int, now: datetime) -> list[DueTimer]:
+    """Delete and return up to ``limit`` timers of key ``shard`` due by ``now`` (timer
+    loop, one take per held key), oldest first.
 
     ``FOR UPDATE SKIP LOCKED`` so timer loops share the work; deleted in the same
     transaction that acts on them, so a crash puts them back. Served by the primary
-    key ``(fire_at, id)`` (pruned to today's and earlier partitions). Built once.
+    key ``(shard, fire_at, id)`` (pruned to today's and earlier partitions). Built once.
     """
-    result = await conn.execute(_take_due_statement(), {"limit": limit})
+    result = await conn.execute(
+        _take_due_statement(), {SHARD_PARAM: shard, "limit": limit, "now": now}
+    )
     return [DueTimer(*row) for row in result]

@@ -1,5 +1,8 @@
 """LISTEN/NOTIFY wake-ups: one listening connection per process, a per-channel event
-each loop waits on, and the absorbed notifications of work handed over in memory."""
+each loop waits on, and the absorbed notifications of work handed over in memory.
+
+The queue triggers' payload is the shard key with new work (:func:`payload_shard`), so
+a loop holding many keys takes from the one a wake-up names."""
 
 from __future__ import annotations
 
@@ -15,6 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from legato.outages import database_failure, is_database_error, traceback_at_debug
 
 log = logging.getLogger("legato")
+
+
+def payload_shard(payload: str) -> int | None:
+    """The shard key a queue NOTIFY's payload names (pure): the key written as decimal
+    text by the decide and task queue triggers, or None for an empty or unparsable
+    payload (an older trigger, a hand-sent NOTIFY), which means "any key"."""
+    text = payload.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 5:
+        return None
+    return int(text)
 
 
 class Wakeups:
@@ -87,9 +100,18 @@ class Wakeups:
                 exc_info=traceback_at_debug(logger, error),
             )
 
-    async def unsubscribe(self, channel: str, event: asyncio.Event) -> None:
+    async def unsubscribe(
+        self,
+        channel: str,
+        event: asyncio.Event,
+        on_payload: Callable[[str], None] | None = None,
+    ) -> None:
+        """Forget what :meth:`subscribe` registered: the event, and its payload hook."""
         with contextlib.suppress(ValueError):
             self._events[channel].remove(event)
+        if on_payload is not None:
+            with contextlib.suppress(ValueError):
+                self._payload_handlers[channel].remove(on_payload)
 
     async def _driver(self) -> Any:
         if self._conn is None:

@@ -1,0 +1,130 @@
+"""The decider loop takes per shard key: only from the keys it holds, and, woken by a
+decide NOTIFY, only from the key the notification names."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import App, Client, Flow, Node, workflow
+from legato.engine.loops.decider import DeciderLoop
+from legato.engine.transport.wakeups import Wakeups, payload_shard
+from legato.schema import DEFAULT_SHARD_COUNT, DecideQueue, Shards, Tasks
+from tests.helpers import eventually
+
+shards = Shards(DEFAULT_SHARD_COUNT)
+
+
+@workflow("parked")
+def parked(flow: Flow[str]) -> Node[str]:
+    return flow.wait_for_event("go", str)
+
+
+app = App(workflows=[parked])
+
+
+class Only:
+    """A decider that holds just ``keys``."""
+
+    def __init__(self, *keys: int) -> None:
+        self.keys = keys
+
+    def held(self) -> Sequence[int]:
+        return self.keys
+
+
+async def _start_in(client: Client, keys: Sequence[int]) -> dict[int, uuid.UUID]:
+    started = {}
+    for key in keys:
+        handle = await client.start(parked, f"key {key}", run_id=shards.new_run_id(key))
+        started[key] = handle.run_id
+    return started
+
+
+async def _decided(engine: AsyncEngine) -> set[uuid.UUID]:
+    """The runs a decision has seen: each opened its wait."""
+    async with engine.connect() as conn:
+        return set((await conn.execute(select(Tasks.run_id))).scalars())
+
+
+async def _queued(engine: AsyncEngine) -> set[uuid.UUID]:
+    async with engine.connect() as conn:
+        return set((await conn.execute(select(DecideQueue.run_id))).scalars())
+
+
+async def test_a_decider_takes_only_from_the_keys_it_holds(engine: AsyncEngine) -> None:
+    async with Client(engine, app=app) as client:
+        started = await _start_in(client, [0, 1, 2])
+        partial = DeciderLoop(engine, shards=shards, held=Only(0, 1))
+        for _ in range(3):
+            await partial.tick()
+        assert await _decided(engine) == {started[0], started[1]}
+        assert await _queued(engine) == {started[2]}
+        partial.decide_now([2])  # a NOTIFY of a key it does not hold changes nothing
+        await partial.tick()
+        assert await _decided(engine) == {started[0], started[1]}
+
+        every = await _start_in(client, list(shards.all()))
+        whole = DeciderLoop(engine, shards=shards)
+        await whole.tick()
+    assert await _decided(engine) == {*started.values(), *every.values()}
+    assert await _queued(engine) == set()
+    assert whole.takes == shards.count
+
+
+@contextmanager
+def takes(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The decide_queue takes ``engine`` sends inside the block."""
+    sent: list[str] = []
+
+    def statement(_conn: Any, _cursor: Any, text: str, *_: Any) -> None:
+        if "DELETE FROM legato.decide_queue" in text:
+            sent.append(text)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", statement)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", statement)
+
+
+async def test_a_wake_for_one_key_is_one_take(engine: AsyncEngine) -> None:
+    """A start NOTIFYs the decide channel with its run's key: the woken decider takes
+    from that key alone (not from all sixteen), and decides the run."""
+    wakeups = Wakeups(engine)
+    decider = DeciderLoop(engine, shards=shards, wakeups=wakeups, poll_interval=600)
+    running = asyncio.create_task(decider.run())
+    try:
+        await eventually(lambda: decider.takes >= shards.count, "the first poll of every key")
+        async with Client(engine, app=app) as client:
+            with takes(engine) as sent:
+                (run_id,) = (await _start_in(client, [5])).values()
+                await eventually(
+                    lambda: _has_decided(engine, run_id), "the decision of the started run"
+                )
+                await asyncio.sleep(0.3)  # no take of another key follows
+        assert len(sent) == 1, sent
+        assert decider.decided == 1
+    finally:
+        decider.stop()
+        await running
+        await wakeups.close()
+
+
+async def _has_decided(engine: AsyncEngine, run_id: uuid.UUID) -> bool:
+    return run_id in await _decided(engine)
+
+
+def test_the_payload_names_a_key() -> None:
+    assert payload_shard("7") == 7
+    assert payload_shard(" 12 ") == 12
+    assert payload_shard("") is None
+    assert payload_shard("-1") is None
+    assert payload_shard("x") is None
+    assert payload_shard("٣") is None  # digits of another script are not a key
