@@ -39,6 +39,7 @@ from legato.arguments import (
 from legato.db import check_database, engine_schema, listen_engine
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops.decider import DeciderLoop
+from legato.engine.loops.keys import InstallationShards
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.maintenance import MaintenanceLoop
 from legato.engine.loops.relay import RelayLoop, RelaySettings
@@ -54,6 +55,7 @@ from legato.limits import check_name
 from legato.observability import metrics
 from legato.observability.sampler import BacklogSampler
 from legato.outages import as_unavailable, one_line
+from legato.schema import Shards
 
 log = logging.getLogger("legato")
 
@@ -143,12 +145,17 @@ class Runtime:
         self.wakeups = Wakeups(self._listen_engine or engine)
         listening = self.wakeups if self._listen_engine is not None else None
         self.loops: list[Loop] = []
+        # The installation's shard keys, read by start(); the worker, sweeper and relay
+        # take from every key (AllShards) once they are known.
+        self.shards: Shards | None = None
+        self._all_shards = InstallationShards()
         self.worker: Worker | None = None
         if roles.worker:
             served = queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
             self.worker = Worker(
                 engine,
                 app,
+                held=self._all_shards,
                 queues=served,
                 concurrency=concurrency,
                 wakeups=listening,
@@ -189,11 +196,19 @@ class Runtime:
             self.loops.append(self.worker)
         if roles.timer:
             self.loops.append(TimerLoop(engine, wakeups=listening, restarts=restarts))
-            self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval, restarts=restarts))
+            self.loops.append(
+                LeaseSweeper(
+                    engine, held=self._all_shards, poll_interval=poll_interval, restarts=restarts
+                )
+            )
         if roles.relay:
             self.loops.append(
                 RelayLoop(
-                    engine, relay or RelaySettings(), poll_interval=poll_interval, restarts=restarts
+                    engine,
+                    relay or RelaySettings(),
+                    held=self._all_shards,
+                    poll_interval=poll_interval,
+                    restarts=restarts,
                 )
             )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
@@ -237,7 +252,8 @@ class Runtime:
         while True:
             try:
                 async with self.engine.connect() as conn:
-                    await check_database(conn, schema)
+                    self.shards = await check_database(conn, schema)
+                self._all_shards.know(self.shards)
                 return
             except Exception as error:
                 unavailable = as_unavailable(error, self.engine.url)
