@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -39,7 +40,7 @@ from legato.arguments import (
 from legato.db import check_database, engine_schema, listen_engine
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops.decider import DeciderLoop
-from legato.engine.loops.keys import InstallationShards
+from legato.engine.loops.held import AllShards
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.maintenance import MaintenanceLoop
 from legato.engine.loops.relay import RelayLoop, RelaySettings
@@ -143,19 +144,49 @@ class Runtime:
         # without one, nothing listens and the loops poll.
         self._listen_engine = listen_engine(engine)
         self.wakeups = Wakeups(self._listen_engine or engine)
-        listening = self.wakeups if self._listen_engine is not None else None
-        self.loops: list[Loop] = []
-        # The installation's shard keys, read by start(); the worker, sweeper and relay
-        # take from every key (AllShards) once they are known.
+        self.queues = queues
+        self.concurrency = concurrency
+        self.deciders = deciders
+        self.decide_batch_size = decide_batch_size
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.grace_period = grace_period
+        self.max_output_bytes = max_output_bytes
+        self.restarts = restarts
+        self.max_decision_failures = max_decision_failures
+        self.decision_retry_delay = decision_retry_delay
+        self.relay = relay
+        # Built by ``start`` once ``check_database`` has read the installation's keys.
         self.shards: Shards | None = None
-        self._all_shards = InstallationShards()
+        self.loops: list[Loop] = []
         self.worker: Worker | None = None
+        self.handoff: LocalHandoff | None = None
+        self.decider_loops: list[DeciderLoop] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failure: LoopFailed | None = None
+
+    def _decide_now(self, shards: Iterable[int] | None = None) -> None:
+        """Wake the first decider loop for the keys ``shards`` (every key when None): a
+        local worker's report of runs of those keys committed."""
+        self.decider_loops[0].decide_now(shards)
+
+    def _build_loops(self, shards: Shards) -> None:
+        """The loops of this process's roles, for the installation's keys ``shards``."""
+        if self.loops:
+            return
+        queues, app, roles = self.queues, self.app, self.roles
+        concurrency, deciders, lease = self.concurrency, self.deciders, self.lease
+        decide_batch_size, poll_interval = self.decide_batch_size, self.poll_interval
+        grace_period, max_output_bytes = self.grace_period, self.max_output_bytes
+        restarts, relay, engine = self.restarts, self.relay, self.engine
+        max_decision_failures = self.max_decision_failures
+        decision_retry_delay = self.decision_retry_delay
+        listening = self.wakeups if self._listen_engine is not None else None
         if roles.worker:
             served = queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
             self.worker = Worker(
                 engine,
                 app,
-                held=self._all_shards,
                 queues=served,
                 concurrency=concurrency,
                 wakeups=listening,
@@ -167,11 +198,9 @@ class Runtime:
                 # Both roles in one process: its reports wake the first decider in memory.
                 reports=ReportsToDecider(listening, self._decide_now) if roles.decider else None,
             )
-        self.handoff: LocalHandoff | None = None
         if self.worker is not None and roles.decider:
             # Decisions lease new attempts to this process's worker in their own transaction.
             self.handoff = LocalHandoff(self.worker, listening, self.schema)
-        self.decider_loops: list[DeciderLoop] = []
         if roles.decider:
             # Only the first loop LISTENs; each wakes the next when it finds more than one
             # run waiting (DeciderLoop.helper): built last to first, each given the next.
@@ -179,6 +208,8 @@ class Runtime:
             for i in reversed(range(deciders)):
                 helper = DeciderLoop(
                     engine,
+                    shards=shards,
+                    held=AllShards(shards),
                     wakeups=listening if i == 0 else None,
                     batch_size=decide_batch_size,
                     poll_interval=poll_interval,
@@ -195,31 +226,25 @@ class Runtime:
         if self.worker is not None:
             self.loops.append(self.worker)
         if roles.timer:
-            self.loops.append(TimerLoop(engine, wakeups=listening, restarts=restarts))
             self.loops.append(
-                LeaseSweeper(
-                    engine, held=self._all_shards, poll_interval=poll_interval, restarts=restarts
+                TimerLoop(
+                    engine,
+                    shards=shards,
+                    held=AllShards(shards),
+                    wakeups=listening,
+                    restarts=restarts,
                 )
             )
+            self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval, restarts=restarts))
         if roles.relay:
             self.loops.append(
                 RelayLoop(
-                    engine,
-                    relay or RelaySettings(),
-                    held=self._all_shards,
-                    poll_interval=poll_interval,
-                    restarts=restarts,
+                    engine, relay or RelaySettings(), poll_interval=poll_interval, restarts=restarts
                 )
             )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             known = {t.queue for t in app.tasks.values()} | set(queues or ())
             self.loops.append(BacklogSampler(engine, queues=known, restarts=restarts))
-        self._tasks: list[asyncio.Task[None]] = []
-        self._failure: LoopFailed | None = None
-
-    def _decide_now(self) -> None:
-        """Wake the first decider loop: a local worker's report committed."""
-        self.decider_loops[0].nudge()
 
     async def deploy(self) -> dict[str, int]:
         """Store the app's workflows and mark them deployed (new runs by name use them)."""
@@ -234,7 +259,8 @@ class Runtime:
         database name). Raises ``IncompatibleDatabase`` on a server older than
         PostgreSQL 15 or a schema not migrated to this package's head.
         """
-        await self._check_database()
+        self.shards = await self._check_database()
+        self._build_loops(self.shards)
         if self.roles.deploy and self.roles.decider:
             versions = await self.deploy()
             if versions:
@@ -244,7 +270,7 @@ class Runtime:
             asyncio.create_task(self._run(loop), name=f"legato-{loop.name}") for loop in self.loops
         ]
 
-    async def _check_database(self) -> None:
+    async def _check_database(self) -> Shards:
         schema = self.schema
         clock = asyncio.get_running_loop()
         deadline = clock.time() + self.startup_timeout
@@ -252,9 +278,7 @@ class Runtime:
         while True:
             try:
                 async with self.engine.connect() as conn:
-                    self.shards = await check_database(conn, schema)
-                self._all_shards.know(self.shards)
-                return
+                    return await check_database(conn, schema)
             except Exception as error:
                 unavailable = as_unavailable(error, self.engine.url)
                 if unavailable is None:
