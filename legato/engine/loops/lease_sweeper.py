@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.engine.loops.held import HeldShards
-from legato.engine.loops.keys import held_shards
+from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import task_queue, tasks
@@ -29,7 +28,7 @@ class LeaseSweeper(Loop):
         self,
         engine: AsyncEngine,
         *,
-        shards: Shards | None = None,
+        shards: Shards,
         held: HeldShards | None = None,
         batch_size: int = 100,
         poll_interval: float = 1.0,
@@ -37,7 +36,8 @@ class LeaseSweeper(Loop):
     ) -> None:
         super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
-        self.held = held_shards(shards, held)
+        self.shards = shards
+        self.held: HeldShards = AllShards(shards) if held is None else held
         self.batch_size = batch_size
         self.swept = 0
         # The held keys still to sweep this round, in order; refilled when it runs out

@@ -37,8 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.decider.backoff import exponential
 from legato.engine.decider.model import Action, FinishRun
-from legato.engine.loops.held import HeldShards
-from legato.engine.loops.keys import held_shards
+from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
@@ -180,7 +179,7 @@ class RelayLoop(Loop):
         engine: AsyncEngine,
         settings: RelaySettings = RelaySettings(),
         *,
-        shards: Shards | None = None,
+        shards: Shards,
         held: HeldShards | None = None,
         poll_interval: float = 1.0,
         restarts: RestartPolicy | None = None,
@@ -194,7 +193,8 @@ class RelayLoop(Loop):
         super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.settings = settings
-        self.held = held_shards(shards, held)
+        self.shards = shards
+        self.held: HeldShards = AllShards(shards) if held is None else held
         # Held keys that may have due deliveries, in the order they are claimed from.
         self._due: dict[int, None] = {}
         self._all_due_at = -float("inf")  # when every held key was last made due

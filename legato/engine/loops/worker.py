@@ -39,8 +39,7 @@ from legato.engine import output_cache
 from legato.engine.admission import Admission
 from legato.engine.attempts import error_of, output_error
 from legato.engine.decider.model import TaskError
-from legato.engine.loops.held import HeldShards
-from legato.engine.loops.keys import held_shards
+from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
@@ -82,7 +81,7 @@ class Worker(Loop):
         engine: AsyncEngine,
         app: App,
         *,
-        shards: Shards | None = None,
+        shards: Shards,
         held: HeldShards | None = None,
         queues: tuple[str, ...] = ("default",),
         concurrency: int = 16,
@@ -101,7 +100,8 @@ class Worker(Loop):
         super().__init__(
             poll_interval=poll_interval, wakeups=wakeups, channel=None, restarts=restarts
         )
-        self.held = held_shards(shards, held)
+        self.shards = shards
+        self.held: HeldShards = AllShards(shards) if held is None else held
         self._tasks_channel = notify.tasks_channel(schema)
         self._listening = False
         # (key, queue) pairs that may have claimable work, in the order they are taken.
@@ -444,7 +444,7 @@ class Worker(Loop):
                 extra={**hooks.context_of(item), "error_type": error.type},
             )
             return _report(item, TaskState.FAILED, None, error)
-        self._finished([item.task_id])
+        self._finished([item.task_id], {item.shard})
         return None
 
     async def _flusher(self) -> None:
@@ -489,16 +489,17 @@ class Worker(Loop):
         if self._report_backoff:
             log.info("reporting works again")
             self._report_backoff = 0.0
-        self._finished([report.move.task_id for report in batch])
+        self._finished([report.move.task_id for report in batch], {r.shard for r in batch})
         return True
 
-    def _finished(self, task_ids: list[uuid.UUID]) -> None:
-        """Free the slots of attempts whose outcome is committed."""
+    def _finished(self, task_ids: list[uuid.UUID], shards: set[int]) -> None:
+        """Free the slots of attempts whose outcome is committed (runs of keys ``shards``)."""
         for task_id in task_ids:
             self._inflight.pop(task_id, None)
         self.completed += len(task_ids)
         if self.reports is not None:
-            self.reports.reported()  # decide at once, not when the NOTIFY arrives
+            # Decide at once, for those keys, not when the NOTIFY arrives.
+            self.reports.reported(sorted(shards))
         self._wake_if_behind()
 
     def _forget(self, task_id: uuid.UUID) -> None:

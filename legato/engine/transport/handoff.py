@@ -27,7 +27,7 @@ returns the attempt as it does for any dead worker's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -66,7 +66,7 @@ class LocalReports(Protocol):
 
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed: ...
     def unabsorb(self, absorbed: Absorbed) -> None: ...
-    def reported(self) -> None: ...
+    def reported(self, shards: Iterable[int]) -> None: ...
 
 
 def eligible(
@@ -101,15 +101,18 @@ def unabsorb(wakeups: Wakeups | None, absorbed: Absorbed) -> None:
 
 class ReportsToDecider:
     """The worker's end of the hand-off (a :class:`LocalReports`): ``decide_now`` wakes the
-    process's first decider loop."""
+    process's first decider loop for the keys it is given."""
 
-    def __init__(self, wakeups: Wakeups | None, decide_now: Callable[[], None]) -> None:
+    def __init__(
+        self, wakeups: Wakeups | None, decide_now: Callable[[Iterable[int] | None], None]
+    ) -> None:
         self.wakeups = wakeups
         self.decide_now = decide_now
 
-    def reported(self) -> None:
-        """A worker's report committed: the runs it touched are waiting to be decided."""
-        self.decide_now()
+    def reported(self, shards: Iterable[int]) -> None:
+        """A worker's report committed: the runs it touched, of keys ``shards``, are
+        waiting to be decided."""
+        self.decide_now(shards)
 
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed:
         return await absorb(self.wakeups, conn, channel)
