@@ -133,7 +133,9 @@ def statements(engine: AsyncEngine) -> Iterator[list[str]]:
 async def test_a_worker_holding_key_0_never_claims_a_task_of_key_1(engine: AsyncEngine) -> None:
     shards = await _shards(engine)
     task_ids = await _queued(engine, shards, [0, 1])
-    worker = Worker(engine, app, held=Held([0]), poll_interval=0.05, worker_id="holds-0")
+    worker = Worker(
+        engine, app, shards=shards, held=Held([0]), poll_interval=0.05, worker_id="holds-0"
+    )
     running = asyncio.create_task(worker.run())
     try:
         await eventually(
@@ -168,7 +170,7 @@ async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
     shards = await _shards(engine)
     keys = [2, 5, 9]
     task_ids = await _queued(engine, shards, keys)
-    worker = Worker(engine, app, held=Held(keys), worker_id="reporter")
+    worker = Worker(engine, app, shards=shards, held=Held(keys), worker_id="reporter")
     claimed: list[task_queue.Claimed] = []
     async with engine.connect() as conn:
         for key in keys:
@@ -211,7 +213,7 @@ async def test_the_sweeper_frees_an_expired_lease_only_in_held_keys(engine: Asyn
             )
         )
         await conn.commit()
-    sweeper = LeaseSweeper(engine, held=Held([1]), poll_interval=0.05)
+    sweeper = LeaseSweeper(engine, shards=shards, held=Held([1]), poll_interval=0.05)
     while await sweeper.tick():
         pass
     assert sweeper.swept == 1
