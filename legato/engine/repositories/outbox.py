@@ -109,9 +109,11 @@ class Failure:
     retry_in: timedelta | None
 
 
-def _shard() -> Any:
-    """The statement's one key, the scalar ``smallint`` parameter ``shard``."""
-    return bindparam("shard", type_=SmallInteger())
+def _shard(name: str = "in_shard") -> Any:
+    """The statement's one key, a scalar ``smallint`` parameter: ``in_shard`` where an
+    UPDATE is executed (a parameter named after a column of its table would be SET),
+    ``shard`` in the decision's INSERT."""
+    return bindparam(name, type_=SmallInteger())
 
 
 async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) -> None:
@@ -154,7 +156,7 @@ def _publish_statement() -> Insert:
         type=text_array("types"),
         payload=text_array("payloads"),
     )
-    shard = _shard()
+    shard = _shard("shard")
     rows = (
         select(
             given.c.event_id,
@@ -228,7 +230,7 @@ async def claim(
     result = await conn.execute(
         _claim_statement(),
         {
-            "shard": shard,
+            "in_shard": shard,
             "limit": limit,
             "lease": lease,
             "per_endpoint": cap,
@@ -297,7 +299,7 @@ async def delivered(conn: AsyncConnection, shard: int, ids: Sequence[int]) -> No
     """Forget delivered rows of key ``shard`` (relay loop, after a 2xx; one statement
     per key). Primary key."""
     if ids:
-        await conn.execute(_delivered_statement(), {"shard": shard, "ids": list(ids)})
+        await conn.execute(_delivered_statement(), {"in_shard": shard, "ids": list(ids)})
 
 
 @cache
@@ -318,7 +320,7 @@ async def failed(conn: AsyncConnection, shard: int, failures: Sequence[Failure])
         await conn.execute(
             _failed_statement(),
             {
-                "shard": shard,
+                "in_shard": shard,
                 "failed_ids": [f.id for f in failures],
                 "claimed_attempts": [f.attempts for f in failures],
                 "errors": [f.error for f in failures],

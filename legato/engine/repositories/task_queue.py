@@ -58,9 +58,11 @@ class NewQueueRow(NamedTuple):
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
 
 
-def _shard() -> BindParameter[int]:
-    """The statement's one key, the scalar ``smallint`` parameter ``shard``."""
-    return bindparam("shard", type_=SmallInteger())
+def _shard(name: str = "in_shard") -> BindParameter[int]:
+    """The statement's one key, a scalar ``smallint`` parameter: ``in_shard`` in an UPDATE
+    (an UPDATE executed with a parameter named after a column of its table would SET
+    it), ``shard`` in the decision's INSERT."""
+    return bindparam(name, type_=SmallInteger())
 
 
 async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]) -> None:
@@ -77,7 +79,7 @@ def enqueued() -> Insert:
     (the scalar parameter ``shard``, the name every part of ``decisions.write`` shares);
     its statement trigger NOTIFYs the workers once, with the key as payload (even for no
     rows, so a decision that enqueues nothing leaves it out). Built once."""
-    return _NEW_ROWS.insert(shard=_shard())
+    return _NEW_ROWS.insert(shard=_shard("shard"))
 
 
 def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
@@ -89,7 +91,7 @@ def _keyed(shard: int, keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnEle
     the queue names prune the hash partitions; array parameters keep one statement
     shape."""
     return (
-        TaskQueue.shard == bindparam("shard", shard, type_=SmallInteger()),
+        TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
         in_array(TaskQueue.queue, text_array("queues", {queue for queue, _ in keys})),
         in_array(TaskQueue.task_id, uuid_array("task_ids", [task_id for _, task_id in keys])),
     )
@@ -119,7 +121,7 @@ class Claimed:
 
 def claim_candidates() -> Select[str, uuid.UUID]:
     """The unleased, available rows of one key and queue a claim takes, best first
-    (parameters ``shard``, ``queue``, ``task_names``, ``limit``); locked by the caller.
+    (parameters ``in_shard``, ``queue``, ``task_names``, ``limit``); locked by the caller.
     ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
@@ -159,7 +161,7 @@ def _claim_statement() -> _LeaseReturning:
 
 
 def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
-    """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) of key ``shard`` to
+    """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) of key ``in_shard`` to
     ``owner`` and mark their attempts RUNNING, returning what the worker needs to run
     them; ``clock`` (the transaction's ``now()`` unless given) stamps the lease and
     ``started_at``. Each table is filtered by the one key parameter."""
@@ -241,7 +243,7 @@ async def claim(
     result = await conn.execute(
         _claim_statement(),
         {
-            "shard": shard,
+            "in_shard": shard,
             "queue": queue,
             "task_names": list(task_names),
             "owner": owner,
@@ -274,7 +276,7 @@ async def lock_candidates(
     ``tasks``."""
     result = await conn.execute(
         _lock_candidates_statement(),
-        {"shard": shard, "queue": queue, "task_names": list(task_names), "limit": limit},
+        {"in_shard": shard, "queue": queue, "task_names": list(task_names), "limit": limit},
     )
     return [Candidate(**row._asdict()) for row in result]
 
@@ -353,7 +355,7 @@ async def _lease_given(
     result = await conn.execute(
         statement,
         {
-            "shard": shard,
+            "in_shard": shard,
             "queues": [queue for queue, _ in keys],
             "task_ids": [task_id for _, task_id in keys],
             "owner": owner,
@@ -461,7 +463,7 @@ async def expired(conn: AsyncConnection, shard: int, limit: int) -> list[Expired
     result = await conn.execute(
         select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
         .where(
-            TaskQueue.shard == bindparam("shard", shard, type_=SmallInteger()),
+            TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
             TaskQueue.lease_expires_at.is_not(None),
             TaskQueue.lease_expires_at < func.now(),
         )
