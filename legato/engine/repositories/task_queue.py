@@ -121,13 +121,13 @@ class Claimed:
 
 def claim_candidates() -> Select[str, uuid.UUID]:
     """The unleased, available rows of one key and queue a claim takes, best first
-    (parameters ``in_shard``, ``queue``, ``task_names``, ``limit``); locked by the caller.
+    (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``); locked by the caller.
     ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
             TaskQueue.shard == _shard(),
-            TaskQueue.queue == bindparam("queue", type_=Text()),
+            TaskQueue.queue == bindparam("in_queue", type_=Text()),
             in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
             TaskQueue.available_at <= func.now(),
@@ -244,7 +244,7 @@ async def claim(
         _claim_statement(),
         {
             "in_shard": shard,
-            "queue": queue,
+            "in_queue": queue,
             "task_names": list(task_names),
             "owner": owner,
             "limit": limit,
@@ -276,7 +276,7 @@ async def lock_candidates(
     ``tasks``."""
     result = await conn.execute(
         _lock_candidates_statement(),
-        {"in_shard": shard, "queue": queue, "task_names": list(task_names), "limit": limit},
+        {"in_shard": shard, "in_queue": queue, "task_names": list(task_names), "limit": limit},
     )
     return [Candidate(**row._asdict()) for row in result]
 
