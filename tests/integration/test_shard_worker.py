@@ -95,7 +95,7 @@ async def _queued(engine: AsyncEngine, shards: Shards, keys: Sequence[int]) -> d
                     state=TaskState.QUEUED,
                     task_name="work",
                     queue="default",
-                    input=key,
+                    input=[key],
                 )
             )
             row = task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 0, now)
