@@ -187,6 +187,8 @@ class Runtime:
             self.worker = Worker(
                 engine,
                 app,
+                shards=shards,
+                held=AllShards(shards),
                 queues=served,
                 concurrency=concurrency,
                 wakeups=listening,
@@ -235,11 +237,24 @@ class Runtime:
                     restarts=restarts,
                 )
             )
-            self.loops.append(LeaseSweeper(engine, poll_interval=poll_interval, restarts=restarts))
+            self.loops.append(
+                LeaseSweeper(
+                    engine,
+                    shards=shards,
+                    held=AllShards(shards),
+                    poll_interval=poll_interval,
+                    restarts=restarts,
+                )
+            )
         if roles.relay:
             self.loops.append(
                 RelayLoop(
-                    engine, relay or RelaySettings(), poll_interval=poll_interval, restarts=restarts
+                    engine,
+                    relay or RelaySettings(),
+                    shards=shards,
+                    held=AllShards(shards),
+                    poll_interval=poll_interval,
+                    restarts=restarts,
                 )
             )
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds

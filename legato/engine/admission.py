@@ -1,12 +1,14 @@
 """Which available attempts a worker's limits admit: concurrency slots and rate tokens.
 
 A worker whose tasks and queues declare no limit never builds an :class:`Admission`
-and claims with the one-statement ``task_queue.claim``. With limits, a claim is one
-transaction: lock up to ``window`` candidates (best first), create and lock the free
+and claims with the one-statement ``task_queue.claim``. With limits, a claim (of one
+shard key and queue) is one transaction: lock up to ``window`` candidates of that key
+and queue (best first), create and lock the free
 slots and the buckets they need, admit candidates in order while their slots and
 tokens last (:func:`admit`, pure), lease the admitted and hand them their slots,
 write the buckets back. Everything not admitted stays queued, unlocked at commit,
 in its place: it is taken by a later claim once a slot frees or a token refills.
+Slots and buckets are global (not run-scoped): a limit counts every key's attempts.
 """
 
 from __future__ import annotations
@@ -108,12 +110,18 @@ class Admission:
         return max(4 * want, 64)
 
     async def claim(
-        self, conn: AsyncConnection, owner: str, want: int, lease: timedelta
+        self,
+        conn: AsyncConnection,
+        shard: int,
+        queue: str,
+        owner: str,
+        want: int,
+        lease: timedelta,
     ) -> list[task_queue.Claimed]:
-        """Lease up to ``want`` attempts the limits admit (worker loop, in a transaction
-        of its own; see the module docstring)."""
+        """Lease up to ``want`` attempts of key ``shard`` in ``queue`` the limits admit
+        (worker loop, in a transaction of its own; see the module docstring)."""
         candidates = await task_queue.lock_candidates(
-            conn, self.queues, self.task_names, self.window(want)
+            conn, shard, queue, self.task_names, self.window(want)
         )
         if not candidates:
             return []
@@ -130,6 +138,7 @@ class Admission:
         admitted, left = admit(needs, free, levels, want)
         claimed = await task_queue.lease(
             conn,
+            shard,
             [(candidates[i].queue, candidates[i].task_id) for i, _ in admitted],
             owner,
             lease,

@@ -1,10 +1,12 @@
 """Reporting what happened to attempts: the one path by which workers, the timer loop,
 the lease sweeper and finished child runs hand facts to the decider.
 
-One transaction: first the decide_queue upserts, in run-id order (the
+One transaction, worked one shard key at a time (keys ascending; the statements of a
+key touch that key only): first the key's decide_queue upserts, in run-id order (the
 upsert takes the run's decide row lock before anything else, so a report that
 races a decision waits for it and re-queues the run — no lost wake-up, and one lock
-order everywhere), then the fenced task updates, then the queue rows' deletion.
+order everywhere), then its queue rows' deletion, then its fenced task updates. A
+batch holding reports of three keys is three statements of each kind.
 """
 
 from __future__ import annotations
@@ -20,33 +22,47 @@ from legato.engine.repositories import decide_queue, task_queue, tasks
 
 @dataclass(frozen=True)
 class Report:
-    """A fenced transition plus the queue row of the attempt, if it has one.
+    """A fenced transition of an attempt of a run of key ``shard``, plus the attempt's
+    queue row, if it has one.
 
     ``only_if_unleased`` keeps the queue row when a worker has leased it (a
     schedule-to-start timeout must not take away an attempt that just started).
     """
 
     move: tasks.Transition
+    shard: int
     queue_key: tuple[str, uuid.UUID] | None = None
     only_if_unleased: bool = False
+
+
+def by_shard(reports: Sequence[Report]) -> dict[int, list[Report]]:
+    """Reports by key, keys ascending, each key's in their order (pure)."""
+    grouped: dict[int, list[Report]] = {}
+    for report in reports:
+        grouped.setdefault(report.shard, []).append(report)
+    return dict(sorted(grouped.items()))
 
 
 async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason: str) -> int:
     """Apply reports in the caller's transaction; returns how many were not stale.
 
-    Lock order, as everywhere: the runs' decide rows (in run-id order), then the queue
-    rows, then the task rows. Stale reports (an attempt already finished, cancelled
-    or superseded) change no task; their queue rows go, because their attempt is over.
-    The deciders are notified at commit (decide_queue's trigger).
+    Per key, ascending: the runs' decide rows (in run-id order), then the queue rows,
+    then the task rows — one statement of each kind per key, each filtered by that
+    key. Stale reports (an attempt already finished, cancelled or superseded) change
+    no task; their queue rows go, because their attempt is over. The deciders are
+    notified at commit (decide_queue's trigger, once per key).
     """
-    if not reports:
-        return 0
-    await decide_queue.enqueue(conn, (report.move.run_id for report in reports), reason)
-    await task_queue.remove(
-        conn, [r.queue_key for r in reports if r.queue_key and not r.only_if_unleased]
-    )
-    await task_queue.remove(
-        conn, [r.queue_key for r in reports if r.queue_key and r.only_if_unleased], unleased=True
-    )
-    applied = await tasks.transition_many(conn, [report.move for report in reports])
-    return len(applied)
+    applied = 0
+    for shard, group in by_shard(reports).items():
+        await decide_queue.enqueue(conn, shard, (report.move.run_id for report in group), reason)
+        await task_queue.remove(
+            conn, shard, [r.queue_key for r in group if r.queue_key and not r.only_if_unleased]
+        )
+        await task_queue.remove(
+            conn,
+            shard,
+            [r.queue_key for r in group if r.queue_key and r.only_if_unleased],
+            unleased=True,
+        )
+        applied += len(await tasks.transition_many(conn, shard, [r.move for r in group]))
+    return applied

@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, ConfigurationError, webhooks
+from legato.db import check_database
 from legato.engine.loops.relay import RelayLoop, RelaySettings
 from legato.engine.repositories import outbox
-from legato.schema import Outbox, uuid7
+from legato.schema import Outbox, Shards, uuid7
 from tests.helpers import count_rows, eventually, run_legato
 from tests.integration.test_outbox import SECRET, greeting
 from tests.webhook_receiver import receiver
@@ -38,10 +39,21 @@ async def _publish(engine: AsyncEngine, count: int) -> None:
     async with Client(engine, app=App(workflows=[greeting])) as client:
         runs = [await client.start(greeting, f"r{n}") for n in range(count)]
     async with engine.begin() as conn:
-        await outbox.publish(
-            conn,
-            [outbox.Event(uuid7(), r.run_id, "run.started", {"status": "RUNNING"}) for r in runs],
-        )
+        shards = await check_database(conn, "legato")
+        for shard, run_ids in shards.group(r.run_id for r in runs).items():
+            await outbox.publish(
+                conn,
+                shard,
+                [
+                    outbox.Event(uuid7(), run_id, "run.started", {"status": "RUNNING"})
+                    for run_id in run_ids
+                ],
+            )
+
+
+async def _shards(engine: AsyncEngine) -> Shards:
+    async with engine.connect() as conn:
+        return await check_database(conn, "legato")
 
 
 @contextlib.asynccontextmanager
@@ -66,7 +78,8 @@ async def test_a_hanging_endpoint_does_not_hold_a_healthy_ones_deliveries(
         # waited for its whole batch would deliver the rest only after the hung
         # requests timed out.
         settings = _settings(batch_size=4, per_endpoint_concurrency=cap)
-        async with _running(RelayLoop(engine, settings, poll_interval=0.05)):
+        shards = await _shards(engine)
+        async with _running(RelayLoop(engine, settings, shards=shards, poll_interval=0.05)):
             await eventually(lambda: len(stuck.requests) == cap, "the stuck endpoint's requests")
             await eventually(
                 lambda: len(healthy.unique()) == EVENTS,
@@ -91,17 +104,23 @@ async def test_an_endpoint_never_sees_more_requests_at_once_than_the_cap(
     async with receiver(lambda _: "hold") as counting:
         await webhooks.add_endpoint(engine, counting.url, SECRET)
         await _publish(engine, 4 * cap)
-        loop = RelayLoop(engine, _settings(batch_size=50, per_endpoint_concurrency=cap))
+        shards = await _shards(engine)
+        loop = RelayLoop(
+            engine, _settings(batch_size=50, per_endpoint_concurrency=cap), shards=shards
+        )
         try:
-            assert await loop.tick()  # claims the cap's worth
+            while await loop.tick():  # every key in turn: the cap's worth in all
+                pass
             await eventually(lambda: counting.open == cap, f"{cap} requests open")
-            assert not await loop.tick()  # the endpoint is full: nothing more is claimed
+            loop._all_due_at = float("-inf")  # the next poll: every key due again
+            while await loop.tick():  # the endpoint is full: nothing more is claimed
+                pass
             assert counting.peak == cap and len(counting.requests) == cap
         finally:
             counting.released.set()
             await loop.on_stop()  # the open requests are answered and recorded
         # Released, each answer frees one place at a time: still never above the cap.
-        async with _running(RelayLoop(engine, loop.settings, poll_interval=0.05)):
+        async with _running(RelayLoop(engine, loop.settings, shards=shards, poll_interval=0.05)):
 
             async def drained() -> bool:
                 return await count_rows(engine, Outbox) == 0

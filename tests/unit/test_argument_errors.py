@@ -40,6 +40,7 @@ from legato import (
 from legato.engine.loops.supervision import RestartPolicy
 from legato.engine.loops.worker import Worker
 from legato.outages import outage
+from legato.schema import Shards
 from legato.testing import SimulationError, Simulator, run_task, task_context
 
 URL = "postgresql://app@localhost/app"  # never connected to: every check comes first
@@ -109,7 +110,7 @@ CASES: dict[str, tuple[type[LegatoError], str, Callable[[], object]]] = {
     "Worker raw engine": (
         ConfigurationError,
         "Worker: the engine for localhost:5432/app was not made by legato.create_engine",
-        lambda: Worker(raw_engine, app),
+        lambda: Worker(raw_engine, app, shards=Shards(16)),
     ),
     "Runtime raw engine": (
         ConfigurationError,
@@ -124,7 +125,7 @@ CASES: dict[str, tuple[type[LegatoError], str, Callable[[], object]]] = {
     "Worker concurrency 0": (
         ConfigurationError,
         "concurrency=0 must be an int from 1 to 10000",
-        lambda: Worker(engine, app, concurrency=0),
+        lambda: Worker(engine, app, shards=Shards(16), concurrency=0),
     ),
     # Client options
     "Client retention negative": (

@@ -12,6 +12,10 @@ row; anything else backs it off exponentially with jitter until the
 attempt budget is spent, then dead-letters it. A relay killed mid-delivery leaves its
 rows leased; once the lease passes another relay delivers them again — at least once,
 with the same ``Legato-Event-Id``.
+
+The relay works the shard keys it holds (``HeldShards``): every held key is due on each
+poll interval, a tick claims from one due key (round robin), a key whose claim found
+deliveries stays due, and outcomes are recorded one statement per key and kind.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,11 +37,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.decider.backoff import exponential
 from legato.engine.decider.model import Action, FinishRun
+from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
 from legato.outages import is_database_error, one_line
-from legato.schema import RunStatus, uuid7
+from legato.schema import RunStatus, Shards, uuid7
 from legato.webhooks import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
@@ -174,6 +179,8 @@ class RelayLoop(Loop):
         engine: AsyncEngine,
         settings: RelaySettings = RelaySettings(),
         *,
+        shards: Shards,
+        held: HeldShards | None = None,
         poll_interval: float = 1.0,
         restarts: RestartPolicy | None = None,
     ) -> None:
@@ -186,6 +193,11 @@ class RelayLoop(Loop):
         super().__init__(poll_interval=poll_interval, wakeups=None, channel=None, restarts=restarts)
         self.engine = engine
         self.settings = settings
+        self.shards = shards
+        self.held: HeldShards = AllShards(shards) if held is None else held
+        # Held keys that may have due deliveries, in the order they are claimed from.
+        self._due: dict[int, None] = {}
+        self._all_due_at = -float("inf")  # when every held key was last made due
         self.delivered = 0
         self._http: httpx.AsyncClient | None = None
         self._in_flight: Counter[int] = Counter()  # requests open, per endpoint id
@@ -228,12 +240,25 @@ class RelayLoop(Loop):
 
     async def tick(self) -> bool:
         await self._record()
+        held = self.held.held()
+        now = time.monotonic()
+        # (a tenth of slack: the poll's sleep may end a clock tick early)
+        if now - self._all_due_at >= self.poll_interval * 0.9:
+            self._all_due_at = now
+            for key in held:
+                self._due.setdefault(key, None)
         room = self.settings.batch_size - sum(self._in_flight.values())
         if room <= 0 or self.stopping:
             return False
+        chosen = next((key for key in self._due if key in held), None)
+        self._due = {key: None for key in self._due if key in held and key != chosen}
+        if chosen is None:
+            return False
+        shard = chosen
         async with self.engine.begin() as conn:
             claimed = await outbox.claim(
                 conn,
+                shard,
                 room,
                 self.settings.lease,
                 self.settings.per_endpoint_concurrency,
@@ -244,9 +269,11 @@ class RelayLoop(Loop):
             sending = asyncio.create_task(self._deliver(delivery))
             self._sending.add(sending)
             sending.add_done_callback(self._sending.discard)
-        # Another tick at once: the endpoints this claim filled are skipped next time,
-        # so the others' due deliveries are reached.
-        return bool(claimed)
+        # The key stays due: the endpoints this claim filled are skipped next time, so
+        # the others' due deliveries are reached; then the other due keys in turn.
+        if claimed:
+            self._due[shard] = None
+        return bool(self._due)
 
     async def _deliver(self, delivery: outbox.Delivery) -> None:
         try:
@@ -265,17 +292,22 @@ class RelayLoop(Loop):
         outcomes = list(self._outcomes)
         if not outcomes:
             return
-        done = [d.id for d, error in outcomes if error is None]
-        failures = [
-            (d, outbox.Failure(d.id, d.attempts, error, self._retry_in(d)))
-            for d, error in outcomes
-            if error is not None
-        ]
+        done: defaultdict[int, list[int]] = defaultdict(list)
+        failed: defaultdict[int, list[outbox.Failure]] = defaultdict(list)
+        failures: list[tuple[outbox.Delivery, outbox.Failure]] = []
+        for d, error in outcomes:
+            if error is None:
+                done[d.shard].append(d.id)
+            else:
+                failure = outbox.Failure(d.id, d.attempts, error, self._retry_in(d))
+                failed[d.shard].append(failure)
+                failures.append((d, failure))
         async with self.engine.begin() as conn:
-            await outbox.delivered(conn, done)
-            await outbox.failed(conn, [failure for _, failure in failures])
+            for shard in sorted(done.keys() | failed.keys()):
+                await outbox.delivered(conn, shard, done[shard])
+                await outbox.failed(conn, shard, failed[shard])
         del self._outcomes[: len(outcomes)]
-        self.delivered += len(done)
+        self.delivered += sum(len(ids) for ids in done.values())
         for d, failure in failures:
             if failure.retry_in is None:
                 log.error(

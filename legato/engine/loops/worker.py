@@ -1,11 +1,19 @@
 """The worker loop: claim attempts for its queues, run them with bounded concurrency,
 keep their leases alive, and report results in batches.
 
+Claims are per shard key and queue: the worker keeps a set of dirty (key, queue)
+pairs — filled from the tasks channel's NOTIFY payload (the key with new work; an
+empty or unparsable payload marks every held key), every held key on each poll
+interval, and a local decision's hand-off that left work queued — and each tick takes
+one dirty pair (round robin) with one claim statement. A claim that fills every free
+slot leaves its pair dirty. Keys the worker does not hold (``HeldShards``) are never
+taken from.
+
 Reports are buffered and flushed together every few milliseconds (or when a batch
-fills): one transaction upserts the runs' decide rows (in run-id order), applies the
-fenced task updates and deletes the queue rows — see ``legato.engine.reports``. A
-transactional task's completion is the exception: it is applied in the body's own
-transaction (``Worker._run_transactional``).
+fills): one transaction, per key, upserts the runs' decide rows (in run-id order),
+deletes the queue rows and applies the fenced task updates — see
+``legato.engine.reports``. A transactional task's completion is the exception: it is
+applied in the body's own transaction (``Worker._run_transactional``).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
@@ -30,6 +39,7 @@ from legato.engine import output_cache
 from legato.engine.admission import Admission
 from legato.engine.attempts import error_of, output_error
 from legato.engine.decider.model import TaskError
+from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
@@ -38,7 +48,7 @@ from legato.engine.transport.wakeups import Wakeups
 from legato.flow import App, TaskDefinition
 from legato.observability import hooks
 from legato.outages import database_failure, is_database_error, traceback_at_debug
-from legato.schema import TaskState
+from legato.schema import Shards, TaskState
 
 log = logging.getLogger("legato.worker")
 
@@ -61,7 +71,8 @@ class _InFlight:
 
 
 class Worker(Loop):
-    """Runs the tasks of ``app`` from ``queues``; at most ``concurrency`` at once."""
+    """Runs the tasks of ``app`` from ``queues`` of the shard keys it holds (``held``,
+    every key of ``shards`` by default); at most ``concurrency`` at once."""
 
     name = "worker"
 
@@ -70,6 +81,8 @@ class Worker(Loop):
         engine: AsyncEngine,
         app: App,
         *,
+        shards: Shards,
+        held: HeldShards | None = None,
         queues: tuple[str, ...] = ("default",),
         concurrency: int = 16,
         wakeups: Wakeups | None = None,
@@ -83,20 +96,26 @@ class Worker(Loop):
         restarts: RestartPolicy | None = None,
     ) -> None:
         schema = engine_schema(engine, "Worker")
+        # No channel for the base loop: the worker subscribes itself, for the payload.
         super().__init__(
-            poll_interval=poll_interval,
-            wakeups=wakeups,
-            channel=notify.tasks_channel(schema),
-            restarts=restarts,
+            poll_interval=poll_interval, wakeups=wakeups, channel=None, restarts=restarts
         )
+        self.shards = shards
+        self.held: HeldShards = AllShards(shards) if held is None else held
+        self._tasks_channel = notify.tasks_channel(schema)
+        self._listening = False
+        # (key, queue) pairs that may have claimable work, in the order they are taken.
+        self._dirty: dict[tuple[int, str], None] = {}
+        self._all_marked_at = -float("inf")  # when every held key was last marked dirty
         check_count("concurrency", concurrency)
         self.max_output_bytes = check_bytes("max_output_bytes", max_output_bytes)
         self.engine = engine
         self.app = app
         self.queues = queues
         self.task_names = sorted(app.tasks)
-        # None unless a served task or queue is limited: then the one-statement claim.
-        self._admission = Admission.of(app, queues, self.task_names)
+        # Per queue: None unless the queue or a task served from it is limited (then the
+        # limited claim), else the one-statement claim.
+        self._admissions = {q: Admission.of(app, (q,), self.task_names) for q in queues}
         # What a local decision may hand this worker (legato.engine.transport.handoff): what it
         # claims, less what a limit admits through Admission.
         self.serves = frozenset((q, t) for q in queues for t in self.task_names)
@@ -120,9 +139,11 @@ class Worker(Loop):
         self._flush_wanted = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self._report_backoff = 0.0
-        # Work may be queued that this worker could not take: its last claim filled every
-        # free slot, or it was woken with none free. A slot that frees then wakes it.
-        self._saturated = False
+        # Work may be queued that this worker could not take: the last claim of these
+        # pairs filled every free slot, or it was woken with none free. A slot that frees
+        # then wakes it.
+        self._behind: set[tuple[int, str]] = set()
+        self._starved = False
         # Slots promised to a claim or a local decision's hand-off still under way: the
         # two together never exceed ``concurrency``.
         self._reserved = 0
@@ -149,31 +170,102 @@ class Worker(Loop):
 
     # -- claiming ---------------------------------------------------------------------------
 
+    async def run(self) -> None:
+        """Listen on the tasks channel for the keys with new work, then run the loop."""
+        subscribed = None
+        if self._wakeups is not None:
+            subscribed = await self._wakeups.subscribe(
+                self._tasks_channel, on_payload=self._on_tasks_payload
+            )
+        self._listening = True
+        try:
+            await super().run()
+        finally:
+            self._listening = False
+            if self._wakeups is not None and subscribed is not None:
+                await self._wakeups.unsubscribe(self._tasks_channel, subscribed)
+
+    def _on_tasks_payload(self, payload: str) -> None:
+        """A queue NOTIFY: its key (every held key for an empty or unparsable payload)
+        may have work."""
+        if not self._listening:
+            return
+        named = notify.shards_of(payload, self.held.held())
+        for shard in named:
+            self._mark(shard)
+        if named:
+            self.nudge()
+
+    def claim_soon(self, shard: int) -> None:
+        """Claim from key ``shard`` now: a local decision left work there it could not
+        hand over (no free slot, a limit)."""
+        self._mark(shard)
+        self.nudge()
+
+    def _mark(self, shard: int) -> None:
+        for queue in self.queues:
+            self._dirty.setdefault((shard, queue), None)
+
+    def _next_dirty(self, held: Sequence[int]) -> tuple[int, str] | None:
+        """The first dirty pair of a held key, dropping those of keys no longer held."""
+        for pair in list(self._dirty):
+            del self._dirty[pair]
+            if pair[0] in held:
+                return pair
+            self._behind.discard(pair)
+        return None
+
+    @property
+    def _saturated(self) -> bool:
+        return self._starved or bool(self._behind)
+
     async def tick(self) -> bool:
         self._check_side_tasks()
+        held = self.held.held()
+        now = time.monotonic()
+        # (a tenth of slack: the poll's sleep may end a clock tick early)
+        if now - self._all_marked_at >= self.poll_interval * 0.9:
+            self._all_marked_at = now
+            for shard in held:
+                self._mark(shard)
         free = self._free()
         if free <= 0:
             # What woke it (a NOTIFY, a local decision's nudge) may be queued: claim as
             # soon as a slot frees, not at the next poll.
-            self._saturated = True
+            self._starved = bool(self._dirty)
+            return False
+        self._starved = False
+        pair = self._next_dirty(held)
+        if pair is None:
             return False
         self._reserve(free)
         try:
-            if self._admission is not None:
-                async with self.engine.begin() as conn:
-                    claimed = await self._admission.claim(conn, self.worker_id, free, self.lease)
-            else:
-                # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
-                async with self.engine.connect() as conn:
-                    autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                    claimed = await task_queue.claim(
-                        autocommit, self.queues, self.task_names, self.worker_id, free, self.lease
-                    )
+            claimed = await self._claim(*pair, free)
+        except BaseException:
+            self._dirty[pair] = None  # still to take
+            raise
         finally:
             self._release(free)
         self._start(claimed)
-        self._saturated = len(claimed) >= free
-        return self._saturated
+        if len(claimed) >= free:
+            self._dirty[pair] = None  # a full claim: more may wait there
+            self._behind.add(pair)
+        else:
+            self._behind.discard(pair)
+        return bool(self._dirty)
+
+    async def _claim(self, shard: int, queue: str, free: int) -> list[task_queue.Claimed]:
+        """Lease up to ``free`` attempts of key ``shard`` in ``queue``."""
+        admission = self._admissions[queue]
+        if admission is not None:
+            async with self.engine.begin() as conn:
+                return await admission.claim(conn, shard, queue, self.worker_id, free, self.lease)
+        # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
+        async with self.engine.connect() as conn:
+            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return await task_queue.claim(
+                autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
+            )
 
     def _free(self) -> int:
         return self.concurrency - len(self._inflight) - self._reserved
@@ -352,7 +444,7 @@ class Worker(Loop):
                 extra={**hooks.context_of(item), "error_type": error.type},
             )
             return _report(item, TaskState.FAILED, None, error)
-        self._finished([item.task_id])
+        self._finished([item.task_id], {item.shard})
         return None
 
     async def _flusher(self) -> None:
@@ -397,16 +489,17 @@ class Worker(Loop):
         if self._report_backoff:
             log.info("reporting works again")
             self._report_backoff = 0.0
-        self._finished([report.move.task_id for report in batch])
+        self._finished([report.move.task_id for report in batch], {r.shard for r in batch})
         return True
 
-    def _finished(self, task_ids: list[uuid.UUID]) -> None:
-        """Free the slots of attempts whose outcome is committed."""
+    def _finished(self, task_ids: list[uuid.UUID], shards: set[int]) -> None:
+        """Free the slots of attempts whose outcome is committed (runs of keys ``shards``)."""
         for task_id in task_ids:
             self._inflight.pop(task_id, None)
         self.completed += len(task_ids)
         if self.reports is not None:
-            self.reports.reported()  # decide at once, not when the NOTIFY arrives
+            # Decide at once, for those keys, not when the NOTIFY arrives.
+            self.reports.reported(sorted(shards))
         self._wake_if_behind()
 
     def _forget(self, task_id: uuid.UUID) -> None:
@@ -461,13 +554,15 @@ class Worker(Loop):
         }
         if not alive:
             return
+        by_shard: dict[int, list[tuple[str, uuid.UUID]]] = {}
+        for task_id, flight in alive.items():
+            by_shard.setdefault(flight.claimed.shard, []).append((flight.claimed.queue, task_id))
+        held: set[uuid.UUID] = set()
         async with self.engine.begin() as conn:
-            held = await task_queue.extend_leases(
-                conn,
-                self.worker_id,
-                [(f.claimed.queue, task_id) for task_id, f in alive.items()],
-                self.lease,
-            )
+            for shard, keys in sorted(by_shard.items()):
+                held |= await task_queue.extend_leases(
+                    conn, shard, self.worker_id, keys, self.lease
+                )
         for task_id, flight in alive.items():
             if task_id not in held and flight.task is not None:
                 flight.lost = True
@@ -490,16 +585,20 @@ class Worker(Loop):
         await self.flush()
         leftovers = [f.claimed for f in self._inflight.values() if not f.lost]
         if leftovers:
+            by_shard: dict[int, list[task_queue.Claimed]] = {}
+            for claimed in leftovers:
+                by_shard.setdefault(claimed.shard, []).append(claimed)
             async with self.engine.begin() as conn:
-                await task_queue.release(
-                    conn, self.worker_id, [(c.queue, c.task_id) for c in leftovers]
-                )
-                await tasks.release_attempts(
-                    conn, [(c.run_id, c.task_id, c.attempt) for c in leftovers]
-                )
-                # A released lease is an UPDATE: task_queue's insert trigger does not
-                # announce it, so this does.
-                await notify.send(conn, notify.tasks_channel(self.schema_name))
+                for shard, group in sorted(by_shard.items()):
+                    await task_queue.release(
+                        conn, shard, self.worker_id, [(c.queue, c.task_id) for c in group]
+                    )
+                    await tasks.release_attempts(
+                        conn, shard, [(c.run_id, c.task_id, c.attempt) for c in group]
+                    )
+                    # A released lease is an UPDATE: task_queue's insert trigger does not
+                    # announce it, so this does, for its key.
+                    await notify.send(conn, self._tasks_channel, str(shard))
             log.info("released %d unfinished attempts", len(leftovers))
         self._inflight.clear()
         for task in self._background:
@@ -548,6 +647,7 @@ def _report(
             from_states=(TaskState.RUNNING,),
             cached=cached,
         ),
+        shard=item.shard,
         queue_key=(item.queue, item.task_id),
     )
 

@@ -3,6 +3,8 @@ notification delays work, it never loses it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,11 +39,22 @@ def events_channel(schema: str) -> str:
     return f"{schema}_events_v1"
 
 
-async def send(conn: AsyncConnection, channel: str) -> None:
-    """NOTIFY ``channel``, delivered when the transaction commits.
+async def send(conn: AsyncConnection, channel: str, payload: str = "") -> None:
+    """NOTIFY ``channel`` with ``payload``, delivered when the transaction commits.
 
-    Most wake-ups come from the queue tables' statement triggers; this is for the two
-    that are not inserts into a queue: the decider's cancelled attempts (cancel
-    channel) and a stopping worker's released leases (tasks channel).
+    Most wake-ups come from the queue tables' statement triggers (whose payload is the
+    shard key with new work); this is for the two that are not inserts into a queue:
+    the decider's cancelled attempts (cancel channel) and a stopping worker's released
+    leases (tasks channel, payload the key released: an empty payload wakes every key).
     """
-    await conn.execute(select(func.pg_notify(channel, "")))
+    await conn.execute(select(func.pg_notify(channel, payload)))
+
+
+def shards_of(payload: str, held: Sequence[int]) -> Sequence[int]:
+    """The held keys a queue NOTIFY's ``payload`` names (pure): the one key it carries
+    if held (none if not), every held key when it is empty or not a key."""
+    try:
+        shard = int(payload)
+    except ValueError:
+        return held
+    return (shard,) if shard in held else ()

@@ -4,6 +4,10 @@ where they go.
 An event is fanned out when it is written: one ``outbox`` row per subscribed endpoint,
 all carrying the event's id, so each endpoint's delivery backs off, dead-letters and is
 replayed on its own. A delivered row is deleted; the table holds only work.
+
+A row has its run's shard key: the decider writes a batch's events in its key, the
+relay claims and reports within one key at a time (``shard = $k``); the operator's
+listing and replay are fan-outs across keys.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     Interval,
+    SmallInteger,
     all_,
     any_,
     bindparam,
@@ -74,7 +79,8 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One event for one endpoint, as the relay claims it or an operator inspects it."""
+    """One event for one endpoint, as the relay claims it or an operator inspects it;
+    ``shard`` is its run's key, which the relay's report of it goes to."""
 
     id: int
     event_id: uuid.UUID
@@ -90,6 +96,7 @@ class Delivery:
     next_attempt_at: datetime
     last_error: str | None
     dead_lettered_at: datetime | None
+    shard: int
 
 
 @dataclass(frozen=True)
@@ -102,16 +109,24 @@ class Failure:
     retry_in: timedelta | None
 
 
-async def publish(conn: AsyncConnection, events: Sequence[Event]) -> None:
-    """Write each event once per endpoint subscribed to its type and its run's workflow
-    (decider loop: ``DeciderLoop._failed`` for a quarantine; ``decisions.write`` folds a
-    batch's starts and finishes into its one statement with :func:`published`), in the
-    caller's transaction — the transition and its event commit or roll back together.
-    One ``INSERT ... SELECT`` over ``unnest``: the endpoints are a handful of rows read
-    whole, the run's workflow comes from the ``runs`` primary key (one partition per
-    run). With no endpoint subscribed it inserts nothing."""
+def _shard(name: str = "in_shard") -> Any:
+    """The statement's one key, a scalar ``smallint`` parameter: ``in_shard`` where an
+    UPDATE is executed (a parameter named after a column of its table would be SET),
+    ``shard`` in the decision's INSERT."""
+    return bindparam(name, type_=SmallInteger())
+
+
+async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) -> None:
+    """Write each event of runs of key ``shard`` once per endpoint subscribed to its type
+    and its run's workflow (decider loop: ``DeciderLoop._failed`` for a quarantine;
+    ``decisions.write`` folds a batch's starts and finishes into its one statement with
+    :func:`published`), in the caller's transaction — the transition and its event
+    commit or roll back together. One ``INSERT ... SELECT`` over ``unnest``: the
+    endpoints are a handful of rows read whole, the run's workflow comes from the
+    ``runs`` primary key (one partition per run), the rows take the key from the one
+    parameter ``shard``. With no endpoint subscribed it inserts nothing."""
     if events:
-        await conn.execute(_publish_statement(), published_params(events))
+        await conn.execute(_publish_statement(), published_params(shard, events))
 
 
 def published() -> CTE:
@@ -121,8 +136,10 @@ def published() -> CTE:
     return _publish_statement().cte("published")
 
 
-def published_params(events: Sequence[Event]) -> dict[str, Any]:
+def published_params(shard: int, events: Sequence[Event]) -> dict[str, Any]:
+    """The parameters of :func:`published` for ``events`` of runs of key ``shard``."""
     return {
+        "shard": shard,
         "event_ids": [e.event_id for e in events],
         "run_ids": [e.run_id for e in events],
         "types": [e.type for e in events],
@@ -139,6 +156,7 @@ def _publish_statement() -> Insert:
         type=text_array("types"),
         payload=text_array("payloads"),
     )
+    shard = _shard("shard")
     rows = (
         select(
             given.c.event_id,
@@ -147,9 +165,10 @@ def _publish_statement() -> Insert:
             Runs.workflow_name,
             given.c.type,
             cast(given.c.payload, JSONB),
+            shard,
         )
         .select_from(given)
-        .join(Runs.table, Runs.id == given.c.run_id)
+        .join(Runs.table, (Runs.shard == shard) & (Runs.id == given.c.run_id))
         .join(
             WebhookEndpoints.table,
             (given.c.type == any_(WebhookEndpoints.event_types))
@@ -161,7 +180,8 @@ def _publish_statement() -> Insert:
         .order_by(given.c.event_id, WebhookEndpoints.id)
     )
     return insert(Outbox.table).from_select(
-        ["event_id", "endpoint_id", "run_id", "workflow_name", "event_type", "payload"], rows
+        ["event_id", "endpoint_id", "run_id", "workflow_name", "event_type", "payload", "shard"],
+        rows,
     )
 
 
@@ -181,17 +201,20 @@ def _delivery_columns() -> tuple[Any, ...]:
         Outbox.next_attempt_at,
         Outbox.last_error,
         Outbox.dead_lettered_at,
+        Outbox.shard,
     )
 
 
 async def claim(
     conn: AsyncConnection,
+    shard: int,
     limit: int,
     lease: timedelta,
     per_endpoint: int | None = None,
     in_flight: Mapping[int, int] | None = None,
 ) -> list[Delivery]:
-    """Claim up to ``limit`` due deliveries, oldest first (relay loop), at most
+    """Claim up to ``limit`` due deliveries of key ``shard``, oldest first (relay loop,
+    per held key), at most
     ``per_endpoint`` (default: ``limit``) per endpoint counting the ``in_flight`` ones
     the caller already sends to it: the due rows are scanned oldest first, skipping
     endpoints with no room left (so a stuck endpoint's backlog cannot fill the scan),
@@ -201,12 +224,13 @@ async def claim(
     mid-delivery leaves the row due again once it passes, so nothing is lost (and the
     receiver may see the event twice, with the same event id). Commit at once: no
     transaction stays open across HTTP. Served by the partial index
-    ``ix_outbox_relay_due``."""
+    ``ix_outbox_relay_due`` (shard, next_attempt_at)."""
     cap = limit if per_endpoint is None else per_endpoint
     sending = {endpoint: count for endpoint, count in (in_flight or {}).items() if count > 0}
     result = await conn.execute(
         _claim_statement(),
         {
+            "in_shard": shard,
             "limit": limit,
             "lease": lease,
             "per_endpoint": cap,
@@ -224,6 +248,7 @@ def _claim_statement() -> Any:
     due = (
         select(Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
         .where(
+            Outbox.shard == _shard(),
             Outbox.dead_lettered_at.is_(None),
             Outbox.next_attempt_at <= func.now(),
             Outbox.endpoint_id != all_(full),
@@ -249,14 +274,19 @@ def _claim_statement() -> Any:
         .join(numbered, numbered.c.id == Outbox.id)
         .outerjoin(busy, busy.c.endpoint_id == numbered.c.endpoint_id)
         .where(
+            Outbox.shard == _shard(),
             numbered.c.place + func.coalesce(busy.c.in_flight, 0)
-            <= bindparam("per_endpoint", type_=Integer())
+            <= bindparam("per_endpoint", type_=Integer()),
         )
     )
     claimed = locked(room, "claimed", of=Outbox.table)
     return (
         update(Outbox.table)
-        .where(Outbox.id == claimed.c.id, WebhookEndpoints.id == Outbox.endpoint_id)
+        .where(
+            Outbox.shard == _shard(),
+            Outbox.id == claimed.c.id,
+            WebhookEndpoints.id == Outbox.endpoint_id,
+        )
         .values(
             attempts=Outbox.attempts + 1,
             next_attempt_at=func.now() + bindparam("lease", type_=Interval()),
@@ -265,28 +295,32 @@ def _claim_statement() -> Any:
     )
 
 
-async def delivered(conn: AsyncConnection, ids: Sequence[int]) -> None:
-    """Forget delivered rows (relay loop, after a 2xx). Primary key."""
+async def delivered(conn: AsyncConnection, shard: int, ids: Sequence[int]) -> None:
+    """Forget delivered rows of key ``shard`` (relay loop, after a 2xx; one statement
+    per key). Primary key."""
     if ids:
-        await conn.execute(_delivered_statement(), {"ids": list(ids)})
+        await conn.execute(_delivered_statement(), {"in_shard": shard, "ids": list(ids)})
 
 
 @cache
 def _delivered_statement() -> Any:
     return delete(Outbox.table).where(
-        in_array(Outbox.id, bindparam("ids", type_=ARRAY(BigInteger())))
+        Outbox.shard == _shard(),
+        in_array(Outbox.id, bindparam("ids", type_=ARRAY(BigInteger()))),
     )
 
 
-async def failed(conn: AsyncConnection, failures: Sequence[Failure]) -> None:
-    """Record failed attempts (relay loop): each row is due again after its back-off, or
-    dead-lettered when its budget is spent. Fenced by the claim's attempt count, so the
-    report of a relay whose lease ran out (and whose row was claimed again) changes
-    nothing. One ``UPDATE ... FROM unnest`` by primary key."""
+async def failed(conn: AsyncConnection, shard: int, failures: Sequence[Failure]) -> None:
+    """Record failed attempts of rows of key ``shard`` (relay loop, one statement per
+    key): each row is due again after its back-off, or dead-lettered when its budget is
+    spent. Fenced by the claim's attempt count, so the report of a relay whose lease ran
+    out (and whose row was claimed again) changes nothing. One ``UPDATE ... FROM
+    unnest`` by primary key."""
     if failures:
         await conn.execute(
             _failed_statement(),
             {
+                "in_shard": shard,
                 "failed_ids": [f.id for f in failures],
                 "claimed_attempts": [f.attempts for f in failures],
                 "errors": [f.error for f in failures],
@@ -309,6 +343,7 @@ def _failed_statement() -> Any:
     return (
         update(Outbox.table)
         .where(
+            Outbox.shard == _shard(),
             Outbox.id == given.c.id,
             Outbox.attempts == given.c.attempts,
             Outbox.dead_lettered_at.is_(None),
@@ -325,9 +360,10 @@ def _failed_statement() -> Any:
 
 
 async def entries(conn: AsyncConnection, *, dead: bool, limit: int) -> list[Delivery]:
-    """Dead letters, newest first, or deliveries still pending, next due first (``legato
-    outbox list [--pending]``). Served by ``ix_outbox_dead_letter`` or
-    ``ix_outbox_relay_due``."""
+    """Fan-out across shard keys: dead letters, newest first, or deliveries still pending,
+    next due first, of every key (``legato outbox list [--pending]``; an operator's
+    command, never on a hot path). Served by ``ix_outbox_dead_letter``, or a scan of
+    ``outbox``, which holds only undelivered work."""
     query = select(*_delivery_columns()).join(
         WebhookEndpoints.table, WebhookEndpoints.id == Outbox.endpoint_id
     )
@@ -344,7 +380,8 @@ async def entries(conn: AsyncConnection, *, dead: bool, limit: int) -> list[Deli
 
 
 async def get(conn: AsyncConnection, delivery_id: int) -> Delivery | None:
-    """One delivery (``legato outbox show``). Primary key."""
+    """Fan-out across shard keys: one delivery by its id, in whichever key holds it
+    (``legato outbox show``; ids are unique across keys). The primary key of each key."""
     result = await conn.execute(
         select(*_delivery_columns())
         .join(WebhookEndpoints.table, WebhookEndpoints.id == Outbox.endpoint_id)
@@ -355,9 +392,10 @@ async def get(conn: AsyncConnection, delivery_id: int) -> Delivery | None:
 
 
 async def replay(conn: AsyncConnection, ids: Sequence[int] | None) -> list[int]:
-    """Make dead letters due now with a fresh attempt budget (``legato outbox replay``):
-    those of ``ids``, or every one (None); returns the ids replayed. The last error is
-    kept until the next attempt. Primary key, or ``ix_outbox_dead_letter`` for all."""
+    """Fan-out across shard keys: make dead letters of every key due now with a fresh
+    attempt budget (``legato outbox replay``; an operator's command): those of ``ids``,
+    or every one (None); returns the ids replayed. The last error is kept until the next
+    attempt. ``ix_outbox_dead_letter``."""
     statement = update(Outbox.table).where(Outbox.dead_lettered_at.is_not(None))
     if ids is not None:
         statement = statement.where(

@@ -2,7 +2,9 @@
 
 A row exists from enqueue until its attempt is reported (or cancelled); the lease
 (owner + expiry) is the only thing that changes in between, and leased rows leave
-the dequeue index.
+the dequeue index. Every statement here works within one shard key (``shard = $k`` on
+``task_queue`` and on every ``tasks`` / ``runs`` row it joins): a batch over several
+keys is one statement per key, written by the caller.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     Select,
+    SmallInteger,
     Text,
     bindparam,
     delete,
@@ -29,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
@@ -38,7 +41,10 @@ from legato.schema import Runs, TaskQueue, Tasks, TaskState
 
 
 class NewQueueRow(NamedTuple):
-    """A ``task_queue`` row: an attempt workers of ``queue`` may claim from ``available_at``."""
+    """A ``task_queue`` row: an attempt workers of ``queue`` may claim from ``available_at``.
+
+    Its key is the batch's (``enqueued_params(shard, rows)``): every row of a batch
+    belongs to runs of that one key."""
 
     queue: str
     task_id: uuid.UUID
@@ -52,29 +58,40 @@ class NewQueueRow(NamedTuple):
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
 
 
-async def enqueue(conn: AsyncConnection, rows: Sequence[NewQueueRow]) -> None:
-    """Make attempts claimable: :func:`enqueued` on its own (tests and the claims
-    stress bench seed queues with it; a decision runs it inside ``decisions.write``)."""
+def _shard(name: str = "in_shard") -> BindParameter[int]:
+    """The statement's one key, a scalar ``smallint`` parameter: ``in_shard`` in an UPDATE
+    (an UPDATE executed with a parameter named after a column of its table would SET
+    it), ``shard`` in the decision's INSERT."""
+    return bindparam(name, type_=SmallInteger())
+
+
+async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]) -> None:
+    """Make attempts of runs of key ``shard`` claimable: :func:`enqueued` on its own
+    (tests and the claims stress bench seed queues with it; a decision runs it inside
+    ``decisions.write``)."""
     if rows:
-        await conn.execute(enqueued(), enqueued_params(rows))
+        await conn.execute(enqueued(), enqueued_params(shard, rows))
 
 
 @cache
 def enqueued() -> Insert:
-    """One INSERT over ``unnest`` of array parameters for a batch of runs; its statement
-    trigger NOTIFYs the workers once (even for no rows, so a decision that enqueues
-    nothing leaves it out). Built once."""
-    return _NEW_ROWS.insert()
+    """One INSERT over ``unnest`` of array parameters for a batch of runs of one key
+    (the scalar parameter ``shard``, the name every part of ``decisions.write`` shares);
+    its statement trigger NOTIFYs the workers once, with the key as payload (even for no
+    rows, so a decision that enqueues nothing leaves it out). Built once."""
+    return _NEW_ROWS.insert(shard=_shard("shard"))
 
 
-def enqueued_params(rows: Sequence[NewQueueRow]) -> dict[str, Any]:
-    return _NEW_ROWS.bind(rows)
+def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
+    return {**_NEW_ROWS.bind(rows), "shard": shard}
 
 
-def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
-    """Rows by (queue, task_id): task ids are unique across queues, and the queue names
-    prune the hash partitions; array parameters keep one statement shape."""
+def _keyed(shard: int, keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
+    """Rows of key ``shard`` by (queue, task_id): task ids are unique across queues, and
+    the queue names prune the hash partitions; array parameters keep one statement
+    shape."""
     return (
+        TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
         in_array(TaskQueue.queue, text_array("queues", {queue for queue, _ in keys})),
         in_array(TaskQueue.task_id, uuid_array("task_ids", [task_id for _, task_id in keys])),
     )
@@ -82,8 +99,10 @@ def _keyed(keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], 
 
 @dataclass(frozen=True)
 class Claimed:
-    """A leased attempt, started, with what the worker needs to run it."""
+    """A leased attempt, started, with what the worker needs to run it (and report it:
+    its run's key ``shard``)."""
 
+    shard: int
     queue: str
     task_id: uuid.UUID
     run_id: uuid.UUID
@@ -101,12 +120,14 @@ class Claimed:
 
 
 def claim_candidates() -> Select[str, uuid.UUID]:
-    """The unleased, available rows a claim takes, best first (parameters ``queues``,
-    ``task_names``, ``limit``); locked by the caller."""
+    """The unleased, available rows of one key and queue a claim takes, best first
+    (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``); locked by the caller.
+    ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
-            in_array(TaskQueue.queue, text_array("queues")),
+            TaskQueue.shard == _shard(),
+            TaskQueue.queue == bindparam("in_queue", type_=Text()),
             in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
             TaskQueue.available_at <= func.now(),
@@ -118,7 +139,19 @@ def claim_candidates() -> Select[str, uuid.UUID]:
 
 # What a lease returns per attempt, in order: the worker's ``Claimed``.
 _LeaseReturning = ReturningUpdate[
-    str, uuid.UUID, uuid.UUID, int, str, str, int, JsonValue, str, datetime, datetime, JsonValue
+    int,
+    str,
+    uuid.UUID,
+    uuid.UUID,
+    int,
+    str,
+    str,
+    int,
+    JsonValue,
+    str,
+    datetime,
+    datetime,
+    JsonValue,
 ]
 
 
@@ -128,19 +161,25 @@ def _claim_statement() -> _LeaseReturning:
 
 
 def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
-    """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) to ``owner`` and mark
-    their attempts RUNNING, returning what the worker needs to run them; ``clock`` (the
-    transaction's ``now()`` unless given) stamps the lease and ``started_at``."""
+    """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) of key ``in_shard`` to
+    ``owner`` and mark their attempts RUNNING, returning what the worker needs to run
+    them; ``clock`` (the transaction's ``now()`` unless given) stamps the lease and
+    ``started_at``. Each table is filtered by the one key parameter."""
     owner = bindparam("owner", type_=Text())
     clock = func.now() if clock is None else clock
     leased = (
         update(TaskQueue.table)
-        .where(TaskQueue.queue == chosen.c.queue, TaskQueue.task_id == chosen.c.task_id)
+        .where(
+            TaskQueue.shard == _shard(),
+            TaskQueue.queue == chosen.c.queue,
+            TaskQueue.task_id == chosen.c.task_id,
+        )
         .values(
             lease_owner=owner,
             lease_expires_at=clock + bindparam("lease", type_=Interval()),
         )
         .returning(
+            TaskQueue.shard,
             TaskQueue.queue,
             TaskQueue.task_id,
             TaskQueue.run_id,
@@ -153,14 +192,17 @@ def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
     return (
         update(Tasks.table)
         .where(
+            Tasks.shard == _shard(),
             Tasks.run_id == leased.c.run_id,
             Tasks.id == leased.c.task_id,
             Tasks.attempt == leased.c.attempt,
             Tasks.state == TaskState.QUEUED,
+            Runs.shard == _shard(),
             Runs.id == Tasks.run_id,
         )
         .values(state=TaskState.RUNNING, started_at=clock, lease_owner=owner)
         .returning(
+            leased.c.shard,
             leased.c.queue,
             leased.c.task_id,
             leased.c.run_id,
@@ -179,27 +221,30 @@ def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
 
 async def claim(
     conn: AsyncConnection,
-    queues: Sequence[str],
+    shard: int,
+    queue: str,
     task_names: Sequence[str],
     owner: str,
     limit: int,
     lease: timedelta,
 ) -> list[Claimed]:
-    """Lease up to ``limit`` available attempts of ``queues`` whose task this worker knows
-    (``task_names``), and mark them RUNNING, in one statement (worker loop).
+    """Lease up to ``limit`` available attempts of key ``shard`` in ``queue`` whose task
+    this worker knows (``task_names``), and mark them RUNNING, in one statement (worker
+    loop, once per dirty (key, queue)).
 
     Highest priority first, then oldest; ``FOR UPDATE SKIP LOCKED`` so workers never
     wait on each other; a worker never takes a task its code does not have (a rolling
     deploy leaves it to the workers that do). The task update is fenced on (attempt,
     QUEUED); a leased row whose attempt is no longer queued is not returned, and the
     sweeper drops it when its lease expires. Served by the partial index
-    ``ix_task_queue_dequeue``, then the primary keys of ``tasks`` and ``runs``. Built
-    once.
+    ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at), then the
+    primary keys of ``tasks`` and ``runs``. Built once.
     """
     result = await conn.execute(
         _claim_statement(),
         {
-            "queues": list(queues),
+            "in_shard": shard,
+            "in_queue": queue,
             "task_names": list(task_names),
             "owner": owner,
             "limit": limit,
@@ -221,16 +266,17 @@ class Candidate:
 
 
 async def lock_candidates(
-    conn: AsyncConnection, queues: Sequence[str], task_names: Sequence[str], limit: int
+    conn: AsyncConnection, shard: int, queue: str, task_names: Sequence[str], limit: int
 ) -> list[Candidate]:
-    """Lock up to ``limit`` available attempts, best first, with their inputs (worker's
-    limited claim, first statement of its transaction): the caller decides which of
-    them its limits admit and leases those with :func:`lease`; the rest are unlocked
-    at commit, untouched. The same materialized ``FOR UPDATE SKIP LOCKED`` CTE as
-    :func:`claim`; ``ix_task_queue_dequeue``, then the primary key of ``tasks``."""
+    """Lock up to ``limit`` available attempts of key ``shard`` in ``queue``, best first,
+    with their inputs (worker's limited claim, first statement of its transaction): the
+    caller decides which of them its limits admit and leases those with :func:`lease`;
+    the rest are unlocked at commit, untouched. The same materialized ``FOR UPDATE SKIP
+    LOCKED`` CTE as :func:`claim`; ``ix_task_queue_dequeue``, then the primary key of
+    ``tasks``."""
     result = await conn.execute(
         _lock_candidates_statement(),
-        {"queues": list(queues), "task_names": list(task_names), "limit": limit},
+        {"in_shard": shard, "in_queue": queue, "task_names": list(task_names), "limit": limit},
     )
     return [Candidate(**row._asdict()) for row in result]
 
@@ -253,38 +299,53 @@ def _lock_candidates_statement() -> Any:
             Tasks.table,
             (Tasks.run_id == candidates.c.run_id) & (Tasks.id == candidates.c.task_id),
         )
-        .where(Tasks.attempt == candidates.c.attempt, Tasks.state == TaskState.QUEUED)
+        .where(
+            Tasks.shard == _shard(),
+            Tasks.attempt == candidates.c.attempt,
+            Tasks.state == TaskState.QUEUED,
+        )
         .order_by(candidates.c.priority.desc(), candidates.c.available_at)
     )
 
 
 async def lease(
-    conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], owner: str, lease: timedelta
+    conn: AsyncConnection,
+    shard: int,
+    keys: Sequence[tuple[str, uuid.UUID]],
+    owner: str,
+    lease: timedelta,
 ) -> list[Claimed]:
-    """Lease attempts this transaction locked with :func:`lock_candidates` and mark them
-    RUNNING, as :func:`claim` does (worker's limited claim, after its limits admitted
-    them). Primary keys; the rows are locked already, so nothing is rechecked."""
-    return await _lease_given(conn, _lease_given_statement(), keys, owner, lease)
+    """Lease attempts of key ``shard`` this transaction locked with
+    :func:`lock_candidates` and mark them RUNNING, as :func:`claim` does (worker's
+    limited claim, after its limits admitted them). Primary keys; the rows are locked
+    already, so nothing is rechecked."""
+    return await _lease_given(conn, _lease_given_statement(), shard, keys, owner, lease)
 
 
 async def hand_off(
-    conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], owner: str, lease: timedelta
+    conn: AsyncConnection,
+    shard: int,
+    keys: Sequence[tuple[str, uuid.UUID]],
+    owner: str,
+    lease: timedelta,
 ) -> list[Claimed]:
-    """Lease attempts this decision transaction enqueued to the worker of its own process
-    and mark them RUNNING, writing what :func:`claim` would (decider loop's local
-    hand-off, ``legato.engine.transport.handoff``). Primary keys of ``task_queue`` and ``tasks``.
+    """Lease attempts of key ``shard`` this decision transaction enqueued to the worker
+    of its own process and mark them RUNNING, writing what :func:`claim` would (decider
+    loop's local hand-off, ``legato.engine.transport.handoff``). Primary keys of
+    ``task_queue`` and ``tasks``.
 
     No lock is waited on and nothing can be rechecked (EvalPlanQual): both rows were
     inserted by this same transaction, invisible to every other one until it commits,
     so no concurrent update can meet them. Stamped with ``statement_timestamp()``, not
     the transaction's ``now()``, because the attempts' ``available_at`` is the decision's
     clock, read after the transaction began: the queue wait stays >= 0."""
-    return await _lease_given(conn, _hand_off_statement(), keys, owner, lease)
+    return await _lease_given(conn, _hand_off_statement(), shard, keys, owner, lease)
 
 
 async def _lease_given(
     conn: AsyncConnection,
     statement: _LeaseReturning,
+    shard: int,
     keys: Sequence[tuple[str, uuid.UUID]],
     owner: str,
     lease: timedelta,
@@ -294,6 +355,7 @@ async def _lease_given(
     result = await conn.execute(
         statement,
         {
+            "in_shard": shard,
             "queues": [queue for queue, _ in keys],
             "task_ids": [task_id for _, task_id in keys],
             "owner": owner,
@@ -318,19 +380,23 @@ def _hand_off_statement() -> _LeaseReturning:
 
 
 async def extend_leases(
-    conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]], lease: timedelta
+    conn: AsyncConnection,
+    shard: int,
+    owner: str,
+    keys: Sequence[tuple[str, uuid.UUID]],
+    lease: timedelta,
 ) -> set[uuid.UUID]:
-    """Extend the leases of a worker's in-flight attempts, and the concurrency slots
-    they hold, in one statement (worker's lease keeper). Returns the task ids still
-    leased by ``owner``: a missing one was cancelled or timed out, and the worker
-    cancels it. Primary key."""
+    """Extend the leases of a worker's in-flight attempts of key ``shard``, and the
+    concurrency slots they hold, in one statement (worker's lease keeper, one per key).
+    Returns the task ids still leased by ``owner``: a missing one was cancelled or timed
+    out, and the worker cancels it. Primary key."""
     if not keys:
         return set()
     task_ids = uuid_array("slot_task_ids", [task_id for _, task_id in keys])
     slots = concurrency.extended(task_ids, bindparam("slot_owner", owner, type_=Text()), lease)
     result = await conn.execute(
         update(TaskQueue.table)
-        .where(*_keyed(keys), TaskQueue.lease_owner == owner)
+        .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
         .values(lease_expires_at=func.now() + lease)
         .returning(TaskQueue.task_id)
         .add_cte(slots)
@@ -339,14 +405,19 @@ async def extend_leases(
 
 
 async def remove(
-    conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], *, unleased: bool = False
+    conn: AsyncConnection,
+    shard: int,
+    keys: Sequence[tuple[str, uuid.UUID]],
+    *,
+    unleased: bool = False,
 ) -> None:
-    """Delete finished attempts' rows and free their concurrency slots (worker reports,
-    timer loop, sweeper, decider's cancellations); with ``unleased``, only rows no
-    worker holds (which hold no slot). Primary key."""
+    """Delete finished attempts' rows of key ``shard`` and free their concurrency slots
+    (worker reports, timer loop, sweeper, decider's cancellations; one statement per
+    key); with ``unleased``, only rows no worker holds (which hold no slot). Primary
+    key."""
     if not keys:
         return
-    statement = delete(TaskQueue.table).where(*_keyed(keys))
+    statement = delete(TaskQueue.table).where(*_keyed(shard, keys))
     if unleased:
         statement = statement.where(TaskQueue.lease_expires_at.is_(None))
     else:
@@ -358,13 +429,16 @@ def _slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
     return uuid_array("slot_task_ids", [task_id for _, task_id in keys])
 
 
-async def release(conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, uuid.UUID]]) -> None:
-    """Drop ``owner``'s leases, and free their concurrency slots, so another worker
-    claims the attempts at once (worker graceful shutdown). Primary key."""
+async def release(
+    conn: AsyncConnection, shard: int, owner: str, keys: Sequence[tuple[str, uuid.UUID]]
+) -> None:
+    """Drop ``owner``'s leases of key ``shard``, and free their concurrency slots, so
+    another worker claims the attempts at once (worker graceful shutdown, one statement
+    per key). Primary key."""
     if keys:
         await conn.execute(
             update(TaskQueue.table)
-            .where(*_keyed(keys), TaskQueue.lease_owner == owner)
+            .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
             .values(lease_owner=None, lease_expires_at=None)
             .add_cte(concurrency.freed(_slot_holders(keys)))
         )
@@ -378,16 +452,21 @@ class Expired:
     attempt: int
 
 
-async def expired(conn: AsyncConnection, limit: int) -> list[Expired]:
-    """Leased rows whose lease has expired (lease sweeper): their worker is gone.
+async def expired(conn: AsyncConnection, shard: int, limit: int) -> list[Expired]:
+    """Leased rows of key ``shard`` whose lease has expired (lease sweeper, per held
+    key): their worker is gone.
 
     Not locked here: the sweeper's report takes the run's decide row first (one lock
     order everywhere), and a second sweeper's report of the same row is fenced out.
-    Served by the partial index ``ix_task_queue_leased``.
+    Served by the partial index ``ix_task_queue_leased`` (shard, lease_expires_at).
     """
     result = await conn.execute(
         select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
-        .where(TaskQueue.lease_expires_at.is_not(None), TaskQueue.lease_expires_at < func.now())
+        .where(
+            TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
+            TaskQueue.lease_expires_at.is_not(None),
+            TaskQueue.lease_expires_at < func.now(),
+        )
         .order_by(TaskQueue.lease_expires_at)
         .limit(limit)
     )
@@ -395,7 +474,8 @@ async def expired(conn: AsyncConnection, limit: int) -> list[Expired]:
 
 
 async def leased_by(conn: AsyncConnection, owner: str) -> int:
-    """How many rows ``owner`` still leases (tests of graceful shutdown, ``legato`` status)."""
+    """Fan-out across shard keys: how many rows ``owner`` still leases, in every key
+    (tests of graceful shutdown, ``legato`` status; never on a hot path)."""
     result = await conn.execute(
         select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
     )

@@ -4,11 +4,12 @@ When a process runs both roles (``legato dev``, a ``Runtime`` with the decider a
 worker roles), a new attempt need not travel decision commit -> NOTIFY -> the worker's
 claim transaction: the decision leases it to the local worker in its own transaction
 (``task_queue.hand_off``: the queue row leased, the attempt RUNNING, what a claim would
-have written) and, once that transaction has committed, the worker runs the ``Claimed``
-items it is handed in memory. Likewise a worker's committed report nudges the local
-decider at once instead of waiting for the decide queue's NOTIFY. This process drops
-its own copy of the NOTIFY such a commit still sends for the other processes
-(:func:`absorb`), so its loops do not wake twice.
+have written, within the decision's shard key) and, once that transaction has
+committed, the worker runs the ``Claimed`` items it is handed in memory; each carries
+its key, so the worker's reports of it go to that key. Likewise a worker's committed
+report nudges the local decider at once instead of waiting for the decide queue's
+NOTIFY. This process drops its own copy of the NOTIFY such a commit still sends for the
+other processes (:func:`absorb`), so its loops do not wake twice.
 
 Only attempts the worker would claim itself are handed off: of its queues and task
 names, available now, with no concurrency, rate or queue limit (those keep the claim
@@ -26,7 +27,7 @@ returns the attempt as it does for any dead worker's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -56,7 +57,7 @@ class LocalSlots(Protocol):
     def reserve(self, wanted: int) -> int: ...
     def unreserve(self, n: int) -> None: ...
     def accept(self, claimed: list[task_queue.Claimed]) -> None: ...
-    def nudge(self) -> None: ...
+    def claim_soon(self, shard: int) -> None: ...
 
 
 class LocalReports(Protocol):
@@ -65,7 +66,7 @@ class LocalReports(Protocol):
 
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed: ...
     def unabsorb(self, absorbed: Absorbed) -> None: ...
-    def reported(self) -> None: ...
+    def reported(self, shards: Iterable[int]) -> None: ...
 
 
 def eligible(
@@ -100,15 +101,18 @@ def unabsorb(wakeups: Wakeups | None, absorbed: Absorbed) -> None:
 
 class ReportsToDecider:
     """The worker's end of the hand-off (a :class:`LocalReports`): ``decide_now`` wakes the
-    process's first decider loop."""
+    process's first decider loop for the keys it is given."""
 
-    def __init__(self, wakeups: Wakeups | None, decide_now: Callable[[], None]) -> None:
+    def __init__(
+        self, wakeups: Wakeups | None, decide_now: Callable[[Iterable[int] | None], None]
+    ) -> None:
         self.wakeups = wakeups
         self.decide_now = decide_now
 
-    def reported(self) -> None:
-        """A worker's report committed: the runs it touched are waiting to be decided."""
-        self.decide_now()
+    def reported(self, shards: Iterable[int]) -> None:
+        """A worker's report committed: the runs it touched, of keys ``shards``, are
+        waiting to be decided."""
+        self.decide_now(shards)
 
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed:
         return await absorb(self.wakeups, conn, channel)
@@ -147,8 +151,8 @@ async def decision(handoff: LocalHandoff | None) -> AsyncIterator[Decision]:
     worker.accept(current.leased)
     worker.unreserve(current.reserved)
     handoff.handed += len(current.leased)
-    if current.left_queued:
-        worker.nudge()
+    for shard in sorted(current.left_queued):
+        worker.claim_soon(shard)
 
 
 @dataclass
@@ -158,27 +162,37 @@ class Decision:
     handoff: LocalHandoff | None
     reserved: int = 0
     leased: list[task_queue.Claimed] = field(default_factory=list)
-    left_queued: bool = False
+    left_queued: set[int] = field(default_factory=set)  # keys with served work left queued
     absorbed: Absorbed = None
 
     async def lease(
-        self, conn: AsyncConnection, rows: Sequence[task_queue.NewQueueRow], now: datetime
+        self,
+        conn: AsyncConnection,
+        shard: int,
+        rows: Sequence[task_queue.NewQueueRow],
+        now: datetime,
     ) -> None:
         """Lease to the local worker, in the decision's transaction ``conn``, what it may
-        take of the attempts ``rows`` this decision enqueued (decided at ``now``)."""
+        take of the attempts ``rows`` of key ``shard`` this decision enqueued (decided at
+        ``now``); called once per key the transaction enqueued into."""
         if not rows or self.handoff is None:
             return
         worker = self.handoff.worker
         chosen = eligible(rows, now, worker.serves_unlimited)
         take = worker.reserve(len(chosen))
         self.reserved += take
-        # Attempts it serves that stay queued (no free slot, a limit): claim them now,
-        # not when the NOTIFY arrives.
-        self.left_queued = self.left_queued or take < len(eligible(rows, now, worker.serves))
+        # Attempts it serves that stay queued (no free slot, a limit): claim them from
+        # this key now, not when the NOTIFY arrives.
+        if take < len(eligible(rows, now, worker.serves)):
+            self.left_queued.add(shard)
         if take:
             keys = [(row.queue, row.task_id) for row in chosen[:take]]
-            self.leased += await task_queue.hand_off(conn, keys, worker.worker_id, worker.lease)
+            self.leased += await task_queue.hand_off(
+                conn, shard, keys, worker.worker_id, worker.lease
+            )
         if self.absorbed is None:
-            # The enqueue NOTIFYs once per transaction (PostgreSQL folds repeats); the
-            # local worker has what it can run, or is nudged for what stays queued.
+            # The enqueue NOTIFYs once per key and transaction (PostgreSQL folds
+            # repeats); the local worker has what it can run, or is nudged for what stays
+            # queued. A transaction enqueueing into a second key lets its NOTIFY through:
+            # an extra claim, never a lost one.
             self.absorbed = await absorb(self.handoff.wakeups, conn, self.handoff.tasks_channel)

@@ -1,0 +1,223 @@
+"""The worker side of shard keys, on the real server: a worker and a lease sweeper take
+only from the keys they hold, and a report flush writes one statement per key and kind.
+
+Rows are seeded directly (runs, tasks, queue rows of chosen keys), so each test drives
+one loop with nothing else running."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import event, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import App, Flow, Node, TaskContext, task, workflow
+from legato.db import check_database
+from legato.engine.loops.lease_sweeper import LeaseSweeper
+from legato.engine.loops.worker import Worker, _report
+from legato.engine.repositories import notify, task_queue
+from legato.schema import (
+    DecideQueue,
+    NodeKind,
+    Runs,
+    RunStatus,
+    Shards,
+    TaskQueue,
+    Tasks,
+    TaskState,
+    WorkflowDefinitions,
+    uuid7,
+)
+from tests.helpers import eventually
+
+
+@task()
+async def work(ctx: TaskContext, n: int) -> int:
+    return n
+
+
+@workflow("keyed")
+def keyed(flow: Flow[int]) -> Node[int]:
+    return flow.run(work, flow.input)
+
+
+app = App(workflows=[keyed])
+
+
+class Held:
+    """A fixed set of held keys."""
+
+    def __init__(self, keys: Sequence[int]) -> None:
+        self.keys = tuple(keys)
+
+    def held(self) -> Sequence[int]:
+        return self.keys
+
+
+async def _shards(engine: AsyncEngine) -> Shards:
+    async with engine.connect() as conn:
+        return await check_database(conn, "legato")
+
+
+async def _queued(engine: AsyncEngine, shards: Shards, keys: Sequence[int]) -> dict[int, uuid.UUID]:
+    """One run per key in ``keys`` with one queued attempt of ``work``; task id by key."""
+    now = datetime.now(UTC) - timedelta(seconds=1)
+    by_key: dict[int, uuid.UUID] = {}
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(WorkflowDefinitions.table).values(
+                name="keyed", version=1, spec={"nodes": []}, spec_hash="keyed"
+            )
+        )
+        for key in keys:
+            run_id, task_id = shards.new_run_id(key), uuid7()
+            await conn.execute(
+                insert(Runs.table).values(
+                    id=run_id,
+                    shard=key,
+                    workflow_name="keyed",
+                    workflow_version=1,
+                    status=RunStatus.RUNNING,
+                )
+            )
+            await conn.execute(
+                insert(Tasks.table).values(
+                    shard=key,
+                    run_id=run_id,
+                    id=task_id,
+                    node_id="work",
+                    kind=NodeKind.TASK,
+                    state=TaskState.QUEUED,
+                    task_name="work",
+                    queue="default",
+                    input=[key],
+                )
+            )
+            row = task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 0, now)
+            await task_queue.enqueue(conn, key, [row])
+            by_key[key] = task_id
+    return by_key
+
+
+async def _states(engine: AsyncEngine) -> dict[uuid.UUID, TaskState]:
+    async with engine.connect() as conn:
+        return dict((await conn.execute(select(Tasks.id, Tasks.state))).tuples().all())
+
+
+async def _queue_rows(engine: AsyncEngine) -> dict[uuid.UUID, str | None]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(TaskQueue.task_id, TaskQueue.lease_owner))
+        return dict(rows.tuples().all())
+
+
+@contextmanager
+def statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    """Every statement ``engine`` sends inside the block."""
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, text: str, *_: Any) -> None:
+        sent.append(" ".join(text.split()))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+async def test_a_worker_holding_key_0_never_claims_a_task_of_key_1(engine: AsyncEngine) -> None:
+    shards = await _shards(engine)
+    task_ids = await _queued(engine, shards, [0, 1])
+    worker = Worker(
+        engine, app, shards=shards, held=Held([0]), poll_interval=0.05, worker_id="holds-0"
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(
+            lambda: _done(engine, task_ids[0]), "the key-0 attempt to be run and reported"
+        )
+        # A wake-up naming key 1, and one naming no key, claim nothing of key 1 either.
+        worker._on_tasks_payload("1")
+        worker._on_tasks_payload("")
+        worker._on_tasks_payload("not a key")
+        await asyncio.sleep(0.3)  # several polls
+    finally:
+        worker.stop()
+        await running
+    assert (await _states(engine))[task_ids[1]] is TaskState.QUEUED
+    assert (await _queue_rows(engine)) == {task_ids[1]: None}  # never leased
+
+
+async def _done(engine: AsyncEngine, task_id: uuid.UUID) -> bool:
+    return (await _states(engine))[task_id] is TaskState.COMPLETED
+
+
+def test_a_notify_payload_marks_its_key_or_every_held_key() -> None:
+    assert notify.shards_of("3", [1, 3, 5]) == (3,)
+    assert notify.shards_of("4", [1, 3, 5]) == ()  # not held: nothing to take
+    assert notify.shards_of("", [1, 3, 5]) == [1, 3, 5]
+    assert notify.shards_of("x7", [1, 3, 5]) == [1, 3, 5]
+
+
+async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
+    engine: AsyncEngine,
+) -> None:
+    shards = await _shards(engine)
+    keys = [2, 5, 9]
+    task_ids = await _queued(engine, shards, keys)
+    worker = Worker(engine, app, shards=shards, held=Held(keys), worker_id="reporter")
+    claimed: list[task_queue.Claimed] = []
+    async with engine.connect() as conn:
+        for key in keys:
+            claimed += await task_queue.claim(
+                conn, key, "default", ["work"], "reporter", 10, timedelta(seconds=30)
+            )
+        await conn.commit()
+    assert sorted(c.shard for c in claimed) == keys
+    worker._reports = [_report(c, TaskState.COMPLETED, c.shard, None) for c in claimed]
+    with statements(engine) as sent:
+        assert await worker.flush()
+    kinds = {
+        "decide_queue upserts": "INSERT INTO legato.decide_queue",
+        "queue row deletes": "DELETE FROM legato.task_queue",
+        "task updates": "UPDATE legato.tasks",
+    }
+    for kind, prefix in kinds.items():
+        matching = [s for s in sent if prefix in s]
+        assert len(matching) == len(keys), f"{kind}: {matching}"
+    assert len(sent) == len(keys) * len(kinds), sent
+    states = await _states(engine)
+    assert all(states[task_ids[key]] is TaskState.COMPLETED for key in keys)
+    assert await _queue_rows(engine) == {}
+    async with engine.connect() as conn:
+        queued = (await conn.execute(select(DecideQueue.shard, DecideQueue.run_id))).all()
+    assert sorted(shard for shard, _ in queued) == keys
+    assert all(shards.of_run(run_id) == shard for shard, run_id in queued)
+
+
+async def test_the_sweeper_frees_an_expired_lease_only_in_held_keys(engine: AsyncEngine) -> None:
+    shards = await _shards(engine)
+    task_ids = await _queued(engine, shards, [0, 1])
+    async with engine.connect() as conn:
+        for key in (0, 1):
+            await task_queue.claim(conn, key, "default", ["work"], "gone", 10, timedelta(0))
+        # The lease passed a while ago: its worker is gone.
+        await conn.execute(
+            update(TaskQueue.table).values(
+                lease_expires_at=datetime.now(UTC) - timedelta(minutes=1)
+            )
+        )
+        await conn.commit()
+    sweeper = LeaseSweeper(engine, shards=shards, held=Held([1]), poll_interval=0.05)
+    while await sweeper.tick():
+        pass
+    assert sweeper.swept == 1
+    states = await _states(engine)
+    assert states[task_ids[1]] is TaskState.TIMED_OUT
+    assert states[task_ids[0]] is TaskState.RUNNING  # key 0 is not this sweeper's
+    assert await _queue_rows(engine) == {task_ids[0]: "gone"}
