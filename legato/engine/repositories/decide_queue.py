@@ -16,10 +16,8 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
-    BindParameter,
     DateTime,
     Integer,
-    SmallInteger,
     Text,
     bindparam,
     case,
@@ -34,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import in_array, uuid_array
+from legato.engine.repositories.params import SHARD_PARAM, in_array, shard_param, uuid_array
 from legato.schema import DecideQueue, Runs
 
 
@@ -61,21 +59,17 @@ async def enqueue(
     """
     ordered = sorted(set(run_ids))
     if ordered:
-        params: dict[str, object] = {"shard": shard, "run_ids": ordered, "reason": reason}
+        params: dict[str, object] = {SHARD_PARAM: shard, "run_ids": ordered, "reason": reason}
         if available_at is not None:
             params["available_at"] = available_at
         await conn.execute(_enqueue_statement(available_at is not None), params)
-
-
-def _shard() -> BindParameter[int]:
-    return bindparam("shard", type_=SmallInteger())
 
 
 @cache
 def _enqueue_statement(timed: bool) -> Insert:
     columns = ["shard", "run_id", "reason"]
     values: list[Any] = [
-        _shard(),
+        shard_param(),
         func.unnest(uuid_array("run_ids")).label("run_id"),
         bindparam("reason", type_=Text()).label("reason"),
     ]
@@ -113,7 +107,7 @@ async def take(
     are never taken. Served by the partial index ``ix_decide_queue_decider`` (shard,
     available_at) (or the primary key (shard, run_id) for ``run_ids``).
     """
-    params: dict[str, object] = {"shard": shard, "limit": limit}
+    params: dict[str, object] = {SHARD_PARAM: shard, "limit": limit}
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None), params)
@@ -123,7 +117,7 @@ async def take(
 @cache
 def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
     due = select(DecideQueue.run_id).where(
-        DecideQueue.shard == _shard(),
+        DecideQueue.shard == shard_param(),
         DecideQueue.available_at <= func.now(),
         DecideQueue.quarantined_at.is_(None),
     )
@@ -135,7 +129,7 @@ def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
     )
     return (
         delete(DecideQueue.table)
-        .where(DecideQueue.shard == _shard(), DecideQueue.run_id == taken.c.run_id)
+        .where(DecideQueue.shard == shard_param(), DecideQueue.run_id == taken.c.run_id)
         .returning(DecideQueue.run_id, DecideQueue.failures)
     )
 

@@ -3,7 +3,7 @@
 Each table's module owns its part (``tasks.inserted``, ``task_queue.enqueued``, ...);
 this module only joins them, so a decision costs one round trip for its writes however
 many tables it touches. Every part is within the batch's one shard key: each filters
-and inserts by the one scalar parameter ``in_shard`` (``tasks.SHARD_PARAM``; not
+and inserts by the one scalar parameter ``in_shard`` (``params.SHARD_PARAM``; not
 ``shard``, which would make each UPDATE part also SET its ``shard`` column from an
 unbound copy). The parts see one snapshot and not each
 other's writes, so the caller hands over writes that do not depend on one another

@@ -27,7 +27,6 @@ from sqlalchemy import (
     Insert,
     Integer,
     Interval,
-    SmallInteger,
     all_,
     any_,
     bindparam,
@@ -50,6 +49,7 @@ from legato.engine.repositories.params import (
     in_array,
     int_array,
     rows_of,
+    shard_param,
     text_array,
     uuid_array,
 )
@@ -109,12 +109,6 @@ class Failure:
     retry_in: timedelta | None
 
 
-def _shard(name: str = "in_shard") -> Any:
-    """The statement's one key, a scalar ``smallint`` parameter: ``in_shard`` where an
-    UPDATE is executed (a parameter named after a column of its table would be SET),
-    ``shard`` in the decision's INSERT."""
-    return bindparam(name, type_=SmallInteger())
-
 
 async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) -> None:
     """Write each event of runs of key ``shard`` once per endpoint subscribed to its type
@@ -139,7 +133,7 @@ def published() -> CTE:
 def published_params(shard: int, events: Sequence[Event]) -> dict[str, Any]:
     """The parameters of :func:`published` for ``events`` of runs of key ``shard``."""
     return {
-        "shard": shard,
+        "in_shard": shard,
         "event_ids": [e.event_id for e in events],
         "run_ids": [e.run_id for e in events],
         "types": [e.type for e in events],
@@ -156,7 +150,7 @@ def _publish_statement() -> Insert:
         type=text_array("types"),
         payload=text_array("payloads"),
     )
-    shard = _shard("shard")
+    shard = shard_param()
     rows = (
         select(
             given.c.event_id,
@@ -248,7 +242,7 @@ def _claim_statement() -> Any:
     due = (
         select(Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
         .where(
-            Outbox.shard == _shard(),
+            Outbox.shard == shard_param(),
             Outbox.dead_lettered_at.is_(None),
             Outbox.next_attempt_at <= func.now(),
             Outbox.endpoint_id != all_(full),
@@ -274,7 +268,7 @@ def _claim_statement() -> Any:
         .join(numbered, numbered.c.id == Outbox.id)
         .outerjoin(busy, busy.c.endpoint_id == numbered.c.endpoint_id)
         .where(
-            Outbox.shard == _shard(),
+            Outbox.shard == shard_param(),
             numbered.c.place + func.coalesce(busy.c.in_flight, 0)
             <= bindparam("per_endpoint", type_=Integer()),
         )
@@ -283,7 +277,7 @@ def _claim_statement() -> Any:
     return (
         update(Outbox.table)
         .where(
-            Outbox.shard == _shard(),
+            Outbox.shard == shard_param(),
             Outbox.id == claimed.c.id,
             WebhookEndpoints.id == Outbox.endpoint_id,
         )
@@ -305,7 +299,7 @@ async def delivered(conn: AsyncConnection, shard: int, ids: Sequence[int]) -> No
 @cache
 def _delivered_statement() -> Any:
     return delete(Outbox.table).where(
-        Outbox.shard == _shard(),
+        Outbox.shard == shard_param(),
         in_array(Outbox.id, bindparam("ids", type_=ARRAY(BigInteger()))),
     )
 
@@ -343,7 +337,7 @@ def _failed_statement() -> Any:
     return (
         update(Outbox.table)
         .where(
-            Outbox.shard == _shard(),
+            Outbox.shard == shard_param(),
             Outbox.id == given.c.id,
             Outbox.attempts == given.c.attempts,
             Outbox.dead_lettered_at.is_(None),

@@ -29,6 +29,7 @@ from sqlalchemy import (
     DateTime,
     Insert,
     Integer,
+    SmallInteger,
     Text,
     Update,
     Uuid,
@@ -210,3 +211,15 @@ def _element(target: Column[Any]) -> TypeEngine[Any]:
     if isinstance(target.type, PydanticJSONB | TextEnum):
         return Text()
     return target.type
+
+
+# Not ``shard``: an UPDATE executed with a parameter named like one of its table's
+# columns also SETs that column from it (SQLAlchemy's crud), and as a part of
+# ``decisions.write`` it would be an unbound copy.
+SHARD_PARAM = "in_shard"
+
+
+def shard_param() -> BindParameter[int]:
+    """The statement's one shard key, the scalar ``smallint`` parameter ``in_shard``: every
+    part of a statement (each CTE of a decision's write too) filters and inserts by it."""
+    return bindparam(SHARD_PARAM, type_=SmallInteger())

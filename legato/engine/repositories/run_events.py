@@ -59,7 +59,7 @@ def appended() -> Insert:
 
 
 def appended_params(shard: int, events: Sequence[NewEvent]) -> dict[str, Any]:
-    return {**_NEW_EVENTS.bind(events), "shard": shard}
+    return {**_NEW_EVENTS.bind(events), "in_shard": shard}
 
 
 async def history(

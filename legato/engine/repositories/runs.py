@@ -17,11 +17,9 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
-    BindParameter,
     DateTime,
     Insert,
     Select,
-    SmallInteger,
     Text,
     Update,
     and_,
@@ -34,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import Unnest, in_array, uuid_array
+from legato.engine.repositories.params import Unnest, in_array, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
 from legato.schema.values import TaskError
@@ -145,11 +143,6 @@ async def installed_shards(conn: AsyncConnection) -> Shards:
     return Shards(int(count))
 
 
-def shard_param() -> BindParameter[int]:
-    """The statement's one shard key, the scalar parameter ``shard``: every part of a
-    statement (each CTE of a decision's write too) filters and inserts by the same one."""
-    return bindparam("shard", type_=SmallInteger())
-
 
 def _with_history_and_queue(inserted: Insert, scheduled: bool) -> Select[uuid.UUID]:
     """``inserted`` (an INSERT of RUNNING runs in key ``:shard``) with each run's first
@@ -232,7 +225,7 @@ async def start_runs(
         return
     scheduled = not children and any(new.scheduled_at is not None for new in new_runs)
     statement = _start_children_statement() if children else _start_statement(scheduled)
-    params = {**_NEW_RUNS.bind(new_runs), "reason": reason, "shard": shard}
+    params = {**_NEW_RUNS.bind(new_runs), "reason": reason, "in_shard": shard}
     if scheduled:
         params["now"] = datetime.now(UTC)
     await conn.execute(statement, params)
@@ -245,7 +238,7 @@ async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: s
     hottest single-row write a client makes. Primary keys of ``runs``, ``run_events``
     and ``decide_queue``, each led by the key."""
     scheduled = new.scheduled_at is not None
-    params = {**_NEW_RUNS.bind_one(new), "reason": reason, "shard": shard}
+    params = {**_NEW_RUNS.bind_one(new), "reason": reason, "in_shard": shard}
     if scheduled:
         params["now"] = new.scheduled_at
     await driver.execute(_start_one_statement(scheduled), params)
@@ -277,7 +270,7 @@ async def lock_many(
     transition of a run happens under this lock. Primary keys (shard, id) of the runs'
     partitions; the seq from ``run_events``' primary key (shard, run_id, seq).
     """
-    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids), "shard": shard})
+    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids), "in_shard": shard})
     return [(_row(row[:12]), row[12]) for row in result]
 
 
@@ -321,7 +314,7 @@ def finished_params(shard: int, finishes: Sequence[Finish]) -> dict[str, Any]:
     return {
         **_FINISHES.bind(finishes),
         "fence_ids": sorted(f.run_id for f in finishes),
-        "shard": shard,
+        "in_shard": shard,
     }
 
 

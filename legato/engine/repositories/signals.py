@@ -112,7 +112,7 @@ async def send_now(
 
 def _send_params(shard: int, run_id: uuid.UUID, name: str, payload: JsonValue) -> dict[str, object]:
     return {
-        "shard": shard,
+        "in_shard": shard,
         "now": datetime.now(UTC),
         "run_id": run_id,
         "name": name,
@@ -147,7 +147,7 @@ async def send_many(
     if not deliveries:
         return []
     params = {
-        "shard": shard,
+        "in_shard": shard,
         "now": datetime.now(UTC),
         **_DELIVERIES.bind(deliveries),
         "run_ids": [delivery.run_id for delivery in deliveries],
@@ -212,7 +212,7 @@ def consumed() -> Update:
 
 def consumed_params(shard: int, consumptions: Sequence[Consumption]) -> dict[str, Any]:
     return {
-        "shard": shard,
+        "in_shard": shard,
         **_CONSUMED.bind(consumptions),
         "consumed_run_ids": sorted({c.run_id for c in consumptions}),
     }

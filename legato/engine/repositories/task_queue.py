@@ -32,11 +32,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
-from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import Unnest, in_array, rows_of, text_array, uuid_array
+from legato.engine.repositories.params import (
+    Unnest,
+    in_array,
+    rows_of,
+    shard_param,
+    text_array,
+    uuid_array,
+)
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
 
 
@@ -58,12 +65,6 @@ class NewQueueRow(NamedTuple):
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
 
 
-def _shard(name: str = "in_shard") -> BindParameter[int]:
-    """The statement's one key, a scalar ``smallint`` parameter: ``in_shard`` in an UPDATE
-    (an UPDATE executed with a parameter named after a column of its table would SET
-    it), ``shard`` in the decision's INSERT."""
-    return bindparam(name, type_=SmallInteger())
-
 
 async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]) -> None:
     """Make attempts of runs of key ``shard`` claimable: :func:`enqueued` on its own
@@ -79,11 +80,11 @@ def enqueued() -> Insert:
     (the scalar parameter ``shard``, the name every part of ``decisions.write`` shares);
     its statement trigger NOTIFYs the workers once, with the key as payload (even for no
     rows, so a decision that enqueues nothing leaves it out). Built once."""
-    return _NEW_ROWS.insert(shard=_shard("shard"))
+    return _NEW_ROWS.insert(shard=shard_param())
 
 
 def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
-    return {**_NEW_ROWS.bind(rows), "shard": shard}
+    return {**_NEW_ROWS.bind(rows), "in_shard": shard}
 
 
 def _keyed(shard: int, keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
@@ -126,7 +127,7 @@ def claim_candidates() -> Select[str, uuid.UUID]:
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
-            TaskQueue.shard == _shard(),
+            TaskQueue.shard == shard_param(),
             TaskQueue.queue == bindparam("in_queue", type_=Text()),
             in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
@@ -170,7 +171,7 @@ def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
     leased = (
         update(TaskQueue.table)
         .where(
-            TaskQueue.shard == _shard(),
+            TaskQueue.shard == shard_param(),
             TaskQueue.queue == chosen.c.queue,
             TaskQueue.task_id == chosen.c.task_id,
         )
@@ -192,12 +193,12 @@ def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
     return (
         update(Tasks.table)
         .where(
-            Tasks.shard == _shard(),
+            Tasks.shard == shard_param(),
             Tasks.run_id == leased.c.run_id,
             Tasks.id == leased.c.task_id,
             Tasks.attempt == leased.c.attempt,
             Tasks.state == TaskState.QUEUED,
-            Runs.shard == _shard(),
+            Runs.shard == shard_param(),
             Runs.id == Tasks.run_id,
         )
         .values(state=TaskState.RUNNING, started_at=clock, lease_owner=owner)
@@ -300,7 +301,7 @@ def _lock_candidates_statement() -> Any:
             (Tasks.run_id == candidates.c.run_id) & (Tasks.id == candidates.c.task_id),
         )
         .where(
-            Tasks.shard == _shard(),
+            Tasks.shard == shard_param(),
             Tasks.attempt == candidates.c.attempt,
             Tasks.state == TaskState.QUEUED,
         )

@@ -17,11 +17,9 @@ from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
-    BindParameter,
     Insert,
     Integer,
     Select,
-    SmallInteger,
     Text,
     and_,
     bindparam,
@@ -37,7 +35,14 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
-from legato.engine.repositories.params import Unnest, in_array, text_array, uuid_array
+from legato.engine.repositories.params import (
+    SHARD_PARAM,
+    Unnest,
+    in_array,
+    shard_param,
+    text_array,
+    uuid_array,
+)
 from legato.engine.repositories.signals import PendingSignal
 from legato.schema import NodeKind, Runs, RunStatus, Signals, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
@@ -84,18 +89,6 @@ TASK_ROW_COLUMNS = (
     Tasks.finished_at,
     Tasks.cached,
 )
-
-
-# Not ``shard``: an UPDATE executed with a parameter named like one of its table's
-# columns also SETs that column from it (SQLAlchemy's crud), and as a part of
-# ``decisions.write`` it would be an unbound copy.
-SHARD_PARAM = "in_shard"
-
-
-def shard_param() -> BindParameter[int]:
-    """The statement's one shard key, the scalar parameter ``in_shard`` (one name for
-    every part of ``decisions.write``'s statement)."""
-    return bindparam(SHARD_PARAM, type_=SmallInteger())
 
 
 async def load_many(

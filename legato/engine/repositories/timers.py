@@ -17,11 +17,9 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
-    BindParameter,
     DateTime,
     Insert,
     Integer,
-    SmallInteger,
     bindparam,
     delete,
     select,
@@ -30,8 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import Unnest
-from legato.engine.repositories.tasks import SHARD_PARAM
+from legato.engine.repositories.params import SHARD_PARAM, Unnest, shard_param
 from legato.schema import TimerKind, Timers
 
 # The partition maintenance creates timer partitions a week ahead; stay inside them
@@ -62,10 +59,6 @@ class DueTimer(NamedTuple):
 _TIMERS = Unnest("new_timers", DueTimer, Timers)
 
 
-def _shard() -> BindParameter[int]:
-    return bindparam(SHARD_PARAM, type_=SmallInteger())
-
-
 async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now: datetime) -> None:
     """Store timers of runs of key ``shard``, capped at the partitions' horizon: new ones
     (decider loop) and those that fired at the horizon before they were due (timer
@@ -78,7 +71,7 @@ async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now
 def armed() -> Insert:
     """:func:`arm`'s INSERT, every row in key ``:shard`` (also a CTE of
     ``decisions.write``)."""
-    return _TIMERS.insert(shard=_shard())
+    return _TIMERS.insert(shard=shard_param())
 
 
 def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
@@ -94,14 +87,16 @@ def _take_due_statement() -> ReturningDelete[
 ]:
     due = locked(
         select(Timers.fire_at, Timers.id)
-        .where(Timers.shard == _shard(), Timers.fire_at <= bindparam("now", type_=_TIME))
+        .where(Timers.shard == shard_param(), Timers.fire_at <= bindparam("now", type_=_TIME))
         .order_by(Timers.fire_at)
         .limit(bindparam("limit", type_=Integer())),
         "due",
     )
     return (
         delete(Timers.table)
-        .where(Timers.shard == _shard(), Timers.fire_at == due.c.fire_at, Timers.id == due.c.id)
+        .where(
+            Timers.shard == shard_param(), Timers.fire_at == due.c.fire_at, Timers.id == due.c.id
+        )
         .returning(
             Timers.fire_at,
             Timers.id,
