@@ -7,6 +7,8 @@ from typing import Any
 from sqlalchemy import Column, Table, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.params import fan_out
+
 
 async def delete_expired(
     conn: AsyncConnection, table: Table, expires_at: Column[Any], limit: int
@@ -18,5 +20,6 @@ async def delete_expired(
     inner select. Returns how many were deleted."""
     key = tuple(table.primary_key.columns)
     expired = select(*key).where(expires_at < func.now()).limit(limit)
-    result = await conn.execute(delete(table).where(tuple_(*key).in_(expired)).returning(key[0]))
+    pruned = fan_out(delete(table).where(tuple_(*key).in_(expired)).returning(key[0]))
+    result = await conn.execute(pruned)
     return len(result.all())

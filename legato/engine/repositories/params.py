@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.sql.selectable import HasPrefixes, TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
 from legato.schema.tables import TableColumns
@@ -223,3 +223,16 @@ def shard_param() -> BindParameter[int]:
     """The statement's one shard key, the scalar ``smallint`` parameter ``in_shard``: every
     part of a statement (each CTE of a decision's write too) filters and inserts by it."""
     return bindparam(SHARD_PARAM, type_=SmallInteger())
+
+
+FAN_OUT = "/* fan-out across shard keys */"
+
+_Prefixed = TypeVar("_Prefixed", bound=HasPrefixes)
+
+
+def fan_out(statement: _Prefixed) -> _Prefixed:
+    """``statement`` marked, in its SQL text, as one that reads or writes across shard
+    keys: visible in ``pg_stat_statements`` and the server's logs, and what the test of
+    single-key statements (tests/integration/test_shard_statements.py) leaves out. Only
+    for statements off the hot paths (listings, stats, pruning, retention)."""
+    return statement.prefix_with(FAN_OUT)
