@@ -242,6 +242,10 @@ async def test_every_hot_statement_touches_one_shard_key(engine: AsyncEngine) ->
                 await eventually(
                     lambda: _finished(client, doomed.run_id), "the cancelled run to finish"
                 )
+                # The one-at-a-time start and the signal go through the driver path.
+                driven = client._driver.compiled()
+                assert len(driven) >= 2, "the start and the signal should take the driver path"
+                sent += [Sent(sql, ()) for sql in driven]
         finally:
             await runtime.stop()
     checked, failures = await _check(engine, sent)

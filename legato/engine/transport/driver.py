@@ -74,6 +74,11 @@ class DriverStatements:
             compiled = self._compiled[statement] = _compiled(self.engine, statement)
         return compiled
 
+    def compiled(self) -> list[str]:
+        """The SQL text of every statement this driver has compiled so far, in the order
+        first executed: what it sends, for diagnostics and the single-key statement test."""
+        return [compiled.sql for compiled in self._compiled.values()]
+
     async def execute(self, statement: Executable, params: dict[str, Any]) -> list[asyncpg.Record]:
         """Execute ``statement`` with ``params`` as one autocommit statement; its rows
         as the driver returns them."""
