@@ -21,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
-from collections.abc import Iterable
+import socket
+import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -40,11 +43,11 @@ from legato.arguments import (
 from legato.db import check_database, engine_schema, listen_engine
 from legato.engine.deploy import deploy_workflows
 from legato.engine.loops.decider import DeciderLoop
-from legato.engine.loops.held import AllShards
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.maintenance import MaintenanceLoop
 from legato.engine.loops.relay import RelayLoop, RelaySettings
 from legato.engine.loops.schedules import ScheduleLoop
+from legato.engine.loops.shard_leases import DEFAULT_SHARD_TTL, ShardLease
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.loops.timers import TimerLoop
 from legato.engine.loops.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
@@ -55,7 +58,7 @@ from legato.flow import App
 from legato.limits import check_name
 from legato.observability import metrics
 from legato.observability.sampler import BacklogSampler
-from legato.outages import as_unavailable, one_line
+from legato.outages import as_unavailable, database_failure, is_database_error, one_line
 from legato.schema import Shards
 
 log = logging.getLogger("legato")
@@ -112,6 +115,7 @@ class Runtime:
         max_decision_failures: int = 10,
         decision_retry_delay: timedelta = timedelta(seconds=2),
         relay: RelaySettings | None = None,
+        shard_lease: timedelta = DEFAULT_SHARD_TTL,
     ) -> None:
         self.schema = engine_schema(engine, "Runtime")
         if not isinstance(app, App):
@@ -126,6 +130,7 @@ class Runtime:
         check_count("max_decision_failures", max_decision_failures)
         check_duration("lease", lease, "timedelta(seconds=30)")
         check_duration("decision_retry_delay", decision_retry_delay, "timedelta(seconds=2)")
+        check_duration("shard_lease", shard_lease, "timedelta(seconds=15)")
         check_poll_interval(poll_interval)
         check_seconds("grace_period", grace_period)
         check_seconds("startup_timeout", startup_timeout)
@@ -156,6 +161,11 @@ class Runtime:
         self.max_decision_failures = max_decision_failures
         self.decision_retry_delay = decision_retry_delay
         self.relay = relay
+        self.shard_lease = shard_lease
+        # This process in the owner ids of its shard leases (``shard_owners``), so an
+        # operator can tell which process holds which keys.
+        self._member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.shard_leases: list[ShardLease] = []
         # Built by ``start`` once ``check_database`` has read the installation's keys.
         self.shards: Shards | None = None
         self.loops: list[Loop] = []
@@ -163,6 +173,7 @@ class Runtime:
         self.handoff: LocalHandoff | None = None
         self.decider_loops: list[DeciderLoop] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._lease_tasks: list[asyncio.Task[None]] = []
         self._failure: LoopFailed | None = None
 
     def _decide_now(self, shards: Iterable[int] | None = None) -> None:
@@ -188,7 +199,10 @@ class Runtime:
                 engine,
                 app,
                 shards=shards,
-                held=AllShards(shards),
+                # Workers that serve the same queues share their keys; a worker serving
+                # other queues is a member of another role, so every queue's keys stay
+                # covered by every worker that serves it.
+                held=self._lease(shards, "worker:" + ",".join(sorted(set(served)))),
                 queues=served,
                 concurrency=concurrency,
                 wakeups=listening,
@@ -206,12 +220,14 @@ class Runtime:
         if roles.decider:
             # Only the first loop LISTENs; each wakes the next when it finds more than one
             # run waiting (DeciderLoop.helper): built last to first, each given the next.
+            # The process's decider loops share its decider keys.
+            decider_keys = self._lease(shards, "decider")
             helper: DeciderLoop | None = None
             for i in reversed(range(deciders)):
                 helper = DeciderLoop(
                     engine,
                     shards=shards,
-                    held=AllShards(shards),
+                    held=decider_keys,
                     wakeups=listening if i == 0 else None,
                     batch_size=decide_batch_size,
                     poll_interval=poll_interval,
@@ -232,7 +248,7 @@ class Runtime:
                 TimerLoop(
                     engine,
                     shards=shards,
-                    held=AllShards(shards),
+                    held=self._lease(shards, "timer"),
                     wakeups=listening,
                     restarts=restarts,
                 )
@@ -241,7 +257,7 @@ class Runtime:
                 LeaseSweeper(
                     engine,
                     shards=shards,
-                    held=AllShards(shards),
+                    held=self._lease(shards, "sweeper"),
                     poll_interval=poll_interval,
                     restarts=restarts,
                 )
@@ -252,7 +268,7 @@ class Runtime:
                     engine,
                     relay or RelaySettings(),
                     shards=shards,
-                    held=AllShards(shards),
+                    held=self._lease(shards, "relay"),
                     poll_interval=poll_interval,
                     restarts=restarts,
                 )
@@ -260,6 +276,44 @@ class Runtime:
         if metrics.recorder().enabled:  # queue-depth gauges, sampled every few seconds
             known = {t.queue for t in app.tasks.values()} | set(queues or ())
             self.loops.append(BacklogSampler(engine, queues=known, restarts=restarts))
+
+    def _lease(self, shards: Shards, role: str) -> ShardLease:
+        """This process's lease on its share of ``role``'s keys; the loops given it take
+        only from them (docs/architecture.md, "Shard keys and their leases")."""
+        lease = ShardLease(
+            self.engine,
+            role,
+            f"{role}@{self._member}",
+            shards,
+            ttl=self.shard_lease,
+            on_change=self._keys_changed,
+            restarts=self.restarts,
+        )
+        self.shard_leases.append(lease)
+        return lease
+
+    def _keys_changed(self, _keys: Sequence[int]) -> None:
+        """Keys gained are taken from at once, not at the next poll."""
+        for loop in self.loops:
+            if isinstance(loop, DeciderLoop):
+                loop.decide_now()
+            else:
+                loop.nudge()
+
+    async def _first_rounds(self) -> None:
+        """Hold this process's keys before its loops take: each lease's first round (one
+        that fails on a database error is retried by its own loop)."""
+        for lease in self.shard_leases:
+            try:
+                await lease.start_round()
+            except Exception as error:
+                if not is_database_error(error):
+                    raise
+                log.warning(
+                    "%s: cannot take shard keys yet (%s); retrying",
+                    lease.name,
+                    database_failure(error),
+                )
 
     async def deploy(self) -> dict[str, int]:
         """Store the app's workflows and mark them deployed (new runs by name use them)."""
@@ -276,6 +330,7 @@ class Runtime:
         """
         self.shards = await self._check_database()
         self._build_loops(self.shards)
+        await self._first_rounds()
         if self.roles.deploy and self.roles.decider:
             versions = await self.deploy()
             if versions:
@@ -283,6 +338,10 @@ class Runtime:
         self._failure = None
         self._tasks = [
             asyncio.create_task(self._run(loop), name=f"legato-{loop.name}") for loop in self.loops
+        ]
+        self._lease_tasks = [
+            asyncio.create_task(self._run(lease), name=f"legato-{lease.name}")
+            for lease in self.shard_leases
         ]
 
     async def _check_database(self) -> Shards:
@@ -319,7 +378,7 @@ class Runtime:
                 failure.__cause__ = error
             log.error("%s; stopping every loop", failure)
             self._failure = self._failure or failure
-            for each in self.loops:
+            for each in [*self.loops, *self.shard_leases]:
                 each.stop()
 
     async def wait(self) -> None:
@@ -338,6 +397,12 @@ class Runtime:
         if self._tasks:
             await asyncio.gather(*self._tasks)
         self._tasks = []
+        # The keys are given up once the loops that took from them have stopped.
+        for lease in self.shard_leases:
+            lease.stop()
+        if self._lease_tasks:
+            await asyncio.gather(*self._lease_tasks)
+        self._lease_tasks = []
         await self.wakeups.close()
         if self._listen_engine is not None and self._listen_engine is not self.engine:
             await self._listen_engine.dispose()

@@ -16,8 +16,7 @@ from pydantic import JsonValue
 from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import Unnest
-from legato.engine.repositories.runs import shard_param
+from legato.engine.repositories.params import Unnest, shard_param
 from legato.schema import RunEvents
 
 
