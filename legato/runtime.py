@@ -162,6 +162,11 @@ class Runtime:
         self.decision_retry_delay = decision_retry_delay
         self.relay = relay
         self.shard_lease = shard_lease
+        # The queues this process's worker serves: those given, else every queue the app's
+        # tasks name.
+        self.served_queues: tuple[str, ...] = (
+            queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
+        )
         # This process in the owner ids of its shard leases (``shard_owners``), so an
         # operator can tell which process holds which keys.
         self._member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -194,7 +199,7 @@ class Runtime:
         decision_retry_delay = self.decision_retry_delay
         listening = self.wakeups if self._listen_engine is not None else None
         if roles.worker:
-            served = queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
+            served = self.served_queues
             self.worker = Worker(
                 engine,
                 app,

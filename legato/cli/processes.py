@@ -64,12 +64,13 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
             poll_interval=args.poll_interval,
             grace_period=getattr(args, "grace_period", 30.0),
             lease=timedelta(seconds=getattr(args, "lease", 30.0)),
+            shard_lease=timedelta(seconds=args.shard_lease),
             startup_timeout=args.startup_timeout,
         )
         detail = ""
-        if runtime.worker is not None:
+        if roles.worker:
             detail = (
-                f" (queues: {', '.join(runtime.worker.queues)}; concurrency {args.concurrency})"
+                f" (queues: {', '.join(runtime.served_queues)}; concurrency {args.concurrency})"
             )
         log.info("%s running on schema %r%s; Ctrl-C or SIGTERM stops it", what, schema, detail)
         await runtime.run_until_signalled()
@@ -134,6 +135,7 @@ async def _dev(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval,
             grace_period=args.grace_period,
             lease=timedelta(seconds=args.lease),
+            shard_lease=timedelta(seconds=args.shard_lease),
         )
         log.info("decider, worker, timer and lease sweeper running; Ctrl-C stops them")
         await runtime.run_until_signalled()
@@ -151,6 +153,14 @@ def _add_loop_options(parser: argparse.ArgumentParser, *, startup_timeout: bool 
     add_poll(parser)
     if startup_timeout:
         add_startup_timeout(parser)
+    parser.add_argument(
+        "--shard-lease",
+        type=_positive_seconds,
+        default=15.0,
+        metavar="S",
+        help="seconds a loop's lease on its share of the shard keys lasts, renewed every S/3; "
+        "a killed process's keys are taken over within about S (default: 15)",
+    )
     parser.add_argument(
         "--metrics-port",
         type=_port,
