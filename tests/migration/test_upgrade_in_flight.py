@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 import tests.migration.in_flight_flows as flows
 from legato import Client, RunStatus, Runtime, TaskState, migrations
 from legato.db import check_database, connect, create_engine
-from legato.models import RunDetails
+from legato.models import FINAL_EVENTS, RunDetails
 from legato.schema import Shards
 
 SCHEMA = "legato"
@@ -66,7 +66,7 @@ _KEYED_BY_RUN = {
     "outbox": "run_id",
 }
 
-# What each run's attempts end as: (node, attempt, state), in creation order.
+# What each run's attempts end as: (node, attempt, state).
 _APPROVED = [
     ("prepare", 1, TaskState.COMPLETED),
     (flows.EVENT, 1, TaskState.COMPLETED),
@@ -151,7 +151,7 @@ async def _exists(conn: AsyncConnection, name: str) -> bool:
 
 async def _load_fixture(engine: AsyncEngine) -> None:
     """The effects table, the partitions the fixture needs, then the fixture itself (one
-    implicit transaction, on a connection of its own: the dump sets session settings)."""
+    implicit transaction, on a connection of its own: the dump changes its settings)."""
     fixture = FIXTURE.read_text()
     async with engine.begin() as conn:
         for statement in flows.EFFECTS_DDL:
@@ -160,7 +160,7 @@ async def _load_fixture(engine: AsyncEngine) -> None:
     async with engine.connect() as conn:
         raw = await conn.get_raw_connection()
         await raw.driver_connection.execute(fixture)  # type: ignore[union-attr]
-        await conn.invalidate()  # its session settings are the dump's: not back to the pool
+        await conn.invalidate()  # set up by the dump: not back to the pool
 
 
 async def _let_time_pass(engine: AsyncEngine) -> None:
@@ -303,7 +303,15 @@ async def test_runs_in_flight_before_the_upgrade_finish_after_it(
             details = runs[run_id]
             assert details.run.status is RunStatus.SUCCEEDED, (role, details.run.error)
             assert details.run.output == _OUTPUTS[role]
-            assert [(t.node_id, t.attempt, t.state) for t in details.tasks] == _ATTEMPTS[role]
+            attempts = sorted((t.node_id, t.attempt, t.state) for t in details.tasks)
+            assert attempts == sorted(_ATTEMPTS[role])
+            # One history across the upgrade: gap-free, nothing recorded twice, one finish.
+            history = details.history
+            assert [event.seq for event in history] == list(range(1, len(history) + 1))
+            entries = [(e.type, e.node_id, e.iteration, e.attempt) for e in history]
+            assert len(set(entries)) == len(entries), entries
+            assert [e.type for e in history if e.type in FINAL_EVENTS] == ["run_succeeded"]
+            assert history[-1].type == "run_succeeded"
         held = [t for t in runs[roles[flows.MID_TASK]].tasks if t.node_id == "hold"]
         assert held[0].error is not None and held[0].error.type == "LeaseExpired"
         # Nothing done twice: each body's committed effect once, none from the dead attempt.
