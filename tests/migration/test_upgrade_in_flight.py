@@ -49,7 +49,7 @@ SCHEMA = "legato"
 FIXTURE = Path(__file__).parent / "fixtures" / "in_flight_0010.sql"
 DEADLINE = 60.0  # seconds for every run to finish
 
-# Tables partitioned by run id, monthly, and how ensure_partitions_v1 creates them.
+# The partitions the fixture writes into: monthly by run id, daily by fire time (timers).
 _MONTHLY = re.compile(r"^INSERT INTO legato\.(runs|tasks|signals|run_events)_p(\d{6}) ", re.M)
 _DAILY = re.compile(r"^INSERT INTO legato\.timers_p(\d{8}) ", re.M)
 _STORAGE = {"tasks": " WITH (fillfactor = 80)"}
