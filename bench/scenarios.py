@@ -22,7 +22,8 @@ from bench.procs import Fleet
 from legato import App, Client, Workflow
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.worker import Worker
-from legato.schema import Runs, RunStatus, Tasks, TaskState
+from legato.schema import Installation, Runs, RunStatus, Shards, Tasks, TaskState
+from legato.schema.shards import shard_of_run_sql
 
 BATCH = 500
 
@@ -701,11 +702,18 @@ class Cycler:
     each step timed; its decider and worker are made once, so rounds can alternate
     between databases (interleaving cancels the machine's drift out of the ratios)."""
 
-    def __init__(self, engine: AsyncEngine, client: Client, worker_app: App = app) -> None:
+    def __init__(
+        self, engine: AsyncEngine, client: Client, shards: Shards, worker_app: App = app
+    ) -> None:
         self.client = client
-        self.decider = DeciderLoop(engine)
+        self.decider = DeciderLoop(engine, shards=shards)
         self.worker = Worker(
-            engine, worker_app, queues=("default",), concurrency=4, flush_interval=0
+            engine,
+            worker_app,
+            shards=shards,
+            queues=("default",),
+            concurrency=4,
+            flush_interval=0,
         )
         self.claims: list[float] = []
         self.decides: list[float] = []
@@ -762,6 +770,7 @@ async def generate_history(engine: AsyncEngine, n: int) -> float:
         newest = (
             await conn.execute(text(f"SELECT id FROM {schema}.runs ORDER BY id DESC LIMIT 1"))
         ).scalar()
+        count = (await conn.execute(select(Installation.shard_count))).scalar_one()
     new_id = (
         "uuidv7()"
         if pg18
@@ -772,23 +781,23 @@ async def generate_history(engine: AsyncEngine, n: int) -> float:
     s = schema
     runs_sql = f"""
         INSERT INTO {s}.runs (id, workflow_name, workflow_version, status, input, output,
-                              created_at, updated_at, finished_at)
-        SELECT {new_id}, '{one.name}', {version}, 'SUCCEEDED', to_jsonb(g), to_jsonb(g),
-               now(), now(), now()
-        FROM generate_series(1, {n}) AS g"""
+                              created_at, updated_at, finished_at, shard)
+        SELECT id, '{one.name}', {version}, 'SUCCEEDED', to_jsonb(g), to_jsonb(g),
+               now(), now(), now(), {shard_of_run_sql("id", count)}
+        FROM (SELECT {new_id} AS id, g FROM generate_series(1, {n}) AS g) AS generated"""
     history = f"r.workflow_name = '{one.name}' AND r.status = 'SUCCEEDED'"
     if newest is not None:  # only the generated runs, not the ones the engine ran before
         history += f" AND r.id > '{newest}'"
     tasks_sql = f"""
         INSERT INTO {s}.tasks (run_id, id, node_id, iteration, attempt, kind, state, task_name,
                                queue, input, output, observed, created_at, started_at,
-                               finished_at)
+                               finished_at, shard)
         SELECT r.id, {new_id}, 'noop', 0, 1, 'TASK', 'COMPLETED', 'noop', 'default', r.input,
-               r.output, true, now(), now(), now()
+               r.output, true, now(), now(), now(), r.shard
         FROM {s}.runs r WHERE {history}"""
     events_sql = f"""
-        INSERT INTO {s}.run_events (run_id, seq, type, node_id, data, created_at)
-        SELECT r.id, e.seq, e.type, e.node_id, e.data, now()
+        INSERT INTO {s}.run_events (run_id, seq, type, node_id, data, created_at, shard)
+        SELECT r.id, e.seq, e.type, e.node_id, e.data, now(), r.shard
         FROM {s}.runs r CROSS JOIN (VALUES
             (1, 'run_started', NULL, NULL::jsonb),
             (2, 'task_completed', 'noop', '{{"output": 1}}'::jsonb),
@@ -836,7 +845,10 @@ async def scenario_history(server: Server, opts: Options) -> list[Figure]:
             await empty.deploy()
             await full.deploy()
             seconds = await generate_history(full_engine, n)
-            cyclers = [Cycler(empty_engine, empty), Cycler(full_engine, full)]
+            cyclers = [
+                Cycler(empty_engine, empty, await empty.shards()),
+                Cycler(full_engine, full, await full.shards()),
+            ]
             await interleaved(cyclers, samples)
     finally:
         for cycler in cyclers:
@@ -877,7 +889,7 @@ async def scenario_claims(server: Server, opts: Options) -> list[Figure]:
             engines.append(engine)
             client = Client(engine, app=app)
             await client.deploy()
-            cyclers.append(Cycler(engine, client, worker_app))
+            cyclers.append(Cycler(engine, client, await client.shards(), worker_app))
         await interleaved(cyclers, samples)
     finally:
         for cycler in cyclers:

@@ -46,8 +46,10 @@ from sqlalchemy.sql.elements import ColumnElement
 from bench.harness import Server
 from legato.db import create_engine
 from legato.engine.repositories import notify, task_queue
+from legato.engine.repositories.params import SHARD_PARAM, shard_param
 from legato.schema import TaskQueue
 
+KEY = 0  # every row lives in one shard key: one key's claim is what is hammered
 QUEUES = ("default", "q1", "q2")
 TASK_NAMES = ("a", "b", "c")
 LEASE = timedelta(seconds=30)
@@ -59,7 +61,10 @@ def textbook_claim() -> Any:
     candidates = task_queue.claim_candidates().with_for_update(skip_locked=True)
     leased = (
         update(TaskQueue.table)
-        .where(tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates))
+        .where(
+            TaskQueue.shard == shard_param(),
+            tuple_(TaskQueue.queue, TaskQueue.task_id).in_(candidates),
+        )
         .values(
             lease_owner=bindparam("owner", type_=Text()),
             lease_expires_at=func.now() + bindparam("lease", type_=Interval()),
@@ -71,13 +76,19 @@ def textbook_claim() -> Any:
 
 
 async def _claim(conn: AsyncConnection, form: str, owner: str) -> list[tuple[str, uuid.UUID]]:
-    queues = random.sample(QUEUES, random.randint(1, len(QUEUES)))
+    queue = random.choice(QUEUES)
     names = random.sample(TASK_NAMES, random.randint(1, len(TASK_NAMES)))
     limit = random.choice((1, 16, 64, 200))
     if form == "legato":
-        claimed = await task_queue.claim(conn, queues, names, owner, limit, LEASE)
+        claimed = await task_queue.claim(conn, KEY, queue, names, owner, limit, LEASE)
         return [(c.queue, c.task_id) for c in claimed]
-    params = {"queues": queues, "task_names": names, "limit": limit, "owner": owner}
+    params = {
+        SHARD_PARAM: KEY,
+        "in_queue": queue,
+        "task_names": names,
+        "limit": limit,
+        "owner": owner,
+    }
     result = await conn.execute(textbook_claim(), {**params, "lease": LEASE})
     return [(queue, task_id) for queue, task_id in result]
 
@@ -97,8 +108,9 @@ async def prefill(engine: AsyncEngine, rows: int) -> None:
     """A backlog of leased rows, as a busy queue has: the claim's plan changes with it."""
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        await task_queue.enqueue(conn, [_new_item(now) for _ in range(rows)])
-        await task_queue.claim(conn, QUEUES, TASK_NAMES, "prefill", rows, LEASE)
+        await task_queue.enqueue(conn, KEY, [_new_item(now) for _ in range(rows)])
+        for queue in QUEUES:
+            await task_queue.claim(conn, KEY, queue, TASK_NAMES, "prefill", rows, LEASE)
 
 
 def _new_item(now: datetime) -> task_queue.NewQueueRow:
@@ -123,7 +135,7 @@ async def churner(engine: AsyncEngine, deadline: float) -> int:
         now = datetime.now(UTC)
         try:
             async with engine.begin() as conn:
-                await task_queue.enqueue(conn, [_new_item(now) for _ in range(n)])
+                await task_queue.enqueue(conn, KEY, [_new_item(now) for _ in range(n)])
             for statement in (
                 delete(TaskQueue.table).where(_random_leased(n)),
                 update(TaskQueue.table)

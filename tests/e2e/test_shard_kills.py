@@ -4,6 +4,7 @@ Every run finishes once, and every key is held again by a live process."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -90,12 +91,13 @@ async def test_kill_9_of_key_holders_loses_and_doubles_nothing(
             for role, processes in (("decider", deciders), ("worker:default", workers)):
                 pids = [p.pid for p in processes]
                 await eventually(
-                    lambda role=role, pids=pids: _every_key_held_by(engine, role, pids),
+                    functools.partial(_every_key_held_by, engine, role, pids),
                     f"the {role} processes to share all {KEYS} keys",
                     timeout=60,
                 )
             handles = await client.start_many(flows.chain, list(range(RUNS)))
-            shards = {client.shards.of_run(handle.run_id) for handle in handles}
+            installed = await client.shards()
+            shards = {installed.of_run(handle.run_id) for handle in handles}
             assert shards == set(range(KEYS)), "the runs should spread over every key"
 
             async def some_finished() -> bool:
@@ -108,7 +110,7 @@ async def test_kill_9_of_key_holders_loses_and_doubles_nothing(
             for role, processes in (("decider", deciders[1:]), ("worker:default", workers[1:])):
                 pids = [p.pid for p in processes]
                 await eventually(
-                    lambda role=role, pids=pids: _every_key_held_by(engine, role, pids),
+                    functools.partial(_every_key_held_by, engine, role, pids),
                     f"the surviving {role} processes to take every key over",
                     timeout=60,
                 )

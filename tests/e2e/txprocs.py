@@ -35,11 +35,13 @@ def stop_around_commit(victim: txflows.Victim) -> None:
         await victim.reached("before_commit", reports[0].move.run_id)
         return applied
 
-    def finished_then_stop(self: worker.Worker, task_ids: list[uuid.UUID]) -> None:
+    def finished_then_stop(
+        self: worker.Worker, task_ids: list[uuid.UUID], shards: set[int]
+    ) -> None:
         # Called right after the commit, before the worker frees the slot.
         (flight,) = [self._inflight[task_id] for task_id in task_ids]
         victim.reached_blocking(txflows.AFTER_COMMIT, flight.claimed.run_id)
-        finished(self, task_ids)
+        finished(self, task_ids, shards)
 
     worker.apply_reports = apply_then_stop  # type: ignore[attr-defined]
     worker.Worker._finished = finished_then_stop  # type: ignore[method-assign]

@@ -194,12 +194,14 @@ async def _queued_tasks(engine: AsyncEngine) -> list[uuid.UUID]:
                     "task_name": "work",
                     "queue": "default",
                     "input": {"n": n},
+                    "shard": KEY,
                 }
                 for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
             ],
         )
         await task_queue.enqueue(
             conn,
+            KEY,
             [
                 task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 1 - n, now)
                 for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
@@ -215,7 +217,7 @@ async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
         engine,
         f"UPDATE legato.task_queue SET priority = priority WHERE task_id = '{task_ids[1]}'",
         lambda conn: task_queue.claim(
-            conn, ["default", "other"], ["work"], "epq-worker", 10, timedelta(seconds=30)
+            conn, KEY, "default", ["work"], "epq-worker", 10, timedelta(seconds=30)
         ),
         paused=(paused_role, task_ids[1]),
     )
@@ -226,11 +228,11 @@ async def test_limited_claim_candidates_then_lease(engine: AsyncEngine, paused_r
     task_ids = await _queued_tasks(engine)
 
     async def lock_then_lease(conn: AsyncConnection) -> list[task_queue.Claimed]:
-        candidates = await task_queue.lock_candidates(conn, ["default", "other"], ["work"], 10)
+        candidates = await task_queue.lock_candidates(conn, KEY, "default", ["work"], 10)
         assert [c.task_id for c in candidates] == task_ids
         assert [c.input for c in candidates] == [{"n": 0}, {"n": 1}]
         keys = [(c.queue, c.task_id) for c in candidates]
-        return await task_queue.lease(conn, keys, "epq-worker", timedelta(seconds=30))
+        return await task_queue.lease(conn, KEY, keys, "epq-worker", timedelta(seconds=30))
 
     claimed = await _with_recheck(
         engine,
@@ -338,6 +340,7 @@ async def test_relay_claim(engine: AsyncEngine, paused_role: str) -> None:
                     "workflow_name": "epq",
                     "event_type": "run.started",
                     "next_attempt_at": past + timedelta(seconds=n),  # the first is claimed first
+                    "shard": KEY,
                 }
                 for n, run_id in enumerate(run_ids)
             ],
@@ -347,7 +350,7 @@ async def test_relay_claim(engine: AsyncEngine, paused_role: str) -> None:
     claimed = await _with_recheck(
         engine,
         f"UPDATE legato.outbox SET last_error = 'changed' WHERE id = {ids[1]}",
-        lambda conn: outbox.claim(conn, 10, timedelta(seconds=30)),
+        lambda conn: outbox.claim(conn, KEY, 10, timedelta(seconds=30)),
         paused=(paused_role, ids[1]),
     )
     assert [d.id for d in claimed] == ids

@@ -91,7 +91,14 @@ async def test_a_decision_hands_new_attempts_to_the_local_worker(
 async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_gets_the_rest(
     engine: AsyncEngine, client: Client
 ) -> None:
-    remote = Worker(engine, app, concurrency=8, poll_interval=0.05, worker_id="remote")
+    remote = Worker(
+        engine,
+        app,
+        shards=await client.shards(),
+        concurrency=8,
+        poll_interval=0.05,
+        worker_id="remote",
+    )
     remote_loop = asyncio.create_task(remote.run())
     try:
         async with Runtime(engine, app, concurrency=2, poll_interval=0.2) as runtime:

@@ -30,9 +30,11 @@ from legato.engine.repositories import decide_queue, stats
 from legato.observability import disable_metrics, enable_metrics
 from legato.observability.sampler import BacklogSampler
 from legato.runtime import Roles
+from legato.schema import DEFAULT_SHARD_COUNT, Shards
 from tests.integration.observed_flows import app, echo, echo_flow, refuse_flow
 
 ROOT = Path(__file__).resolve().parents[2]
+SHARDS = Shards(DEFAULT_SHARD_COUNT)
 
 
 @pytest_asyncio.fixture
@@ -313,7 +315,9 @@ async def test_stats_json_reports_a_backlog(
 
     parked = await client.start(echo_flow, 99)  # parked as the decider does after N failures
     async with engine.begin() as conn:
-        await decide_queue.record_failure(conn, parked.run_id, 10, "KeyError: 'x'", None)
+        await decide_queue.record_failure(
+            conn, SHARDS.of_run(parked.run_id), parked.run_id, 10, "KeyError: 'x'", None
+        )
 
     capsys.readouterr()
     rc = await asyncio.to_thread(main, ["stats", "--json", "--database-url", database_url])

@@ -20,9 +20,10 @@ from legato import (
     SyncClient,
 )
 from legato.engine.repositories import decide_queue
-from legato.schema import uuid7
+from legato.schema import DEFAULT_SHARD_COUNT, Shards, uuid7
 
 THREADS = 8
+SHARDS = Shards(DEFAULT_SHARD_COUNT)
 
 
 def _signup_in_a_thread(client: SyncClient, barrier: threading.Barrier, n: int) -> Active:
@@ -108,7 +109,9 @@ async def test_the_sync_client_lists_and_resumes_quarantined_runs(
         handle = await asyncio.to_thread(client.start, signup, Signup(email="ada@example.com"))
         assert await asyncio.to_thread(client.resume, str(handle.run_id)) is False
         async with engine.begin() as conn:  # parked the way the decider does after N failures
-            await decide_queue.record_failure(conn, handle.run_id, 10, "KeyError: 'x'", None)
+            await decide_queue.record_failure(
+                conn, SHARDS.of_run(handle.run_id), handle.run_id, 10, "KeyError: 'x'", None
+            )
         (parked,) = await asyncio.to_thread(client.list_quarantined)
         assert (parked.run_id, parked.failures) == (handle.run_id, 10)
         assert await asyncio.to_thread(client.resume, str(handle.run_id)) is True

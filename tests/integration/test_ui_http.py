@@ -24,13 +24,14 @@ from legato import App, Client, Runtime
 from legato.cli.stats import gather
 from legato.engine.repositories import decide_queue
 from legato.models import HistoryEvent
-from legato.schema import RunStatus, WorkflowDefinitions
+from legato.schema import DEFAULT_SHARD_COUNT, RunStatus, Shards, WorkflowDefinitions
 from legato.ui import create_app
 from legato.ui.timeline import drawn
 from tests.e2e.flows import chain, parent
 
 APP = App(workflows=[signup, orders, parent, chain])
 XSS = "<script>window.__xss = 1</script>"
+SHARDS = Shards(DEFAULT_SHARD_COUNT)
 
 
 @pytest_asyncio.fixture
@@ -282,7 +283,9 @@ async def test_quarantined_runs_are_listed_and_resumed_from_the_page(
 ) -> None:
     handle = await client.start(signup, Signup(email="ada@example.com"))
     async with engine.begin() as conn:  # park it the way the decider does after N failures
-        await decide_queue.record_failure(conn, handle.run_id, 10, f"KeyError: {XSS}", None)
+        await decide_queue.record_failure(
+            conn, SHARDS.of_run(handle.run_id), handle.run_id, 10, f"KeyError: {XSS}", None
+        )
     async with http(create_app(client)) as web:  # read-only: listed, no resume button
         listed = await web.get("/quarantine")
         assert listed.status_code == 200
@@ -308,7 +311,9 @@ async def test_a_run_whose_spec_no_longer_validates_still_has_its_pages(
             .where(WorkflowDefinitions.name == "signup")
             .values(spec={"name": "signup", "nodes": "no longer a list"})
         )
-        await decide_queue.record_failure(conn, handle.run_id, 10, "ValidationError: nodes", None)
+        await decide_queue.record_failure(
+            conn, SHARDS.of_run(handle.run_id), handle.run_id, 10, "ValidationError: nodes", None
+        )
     async with http(create_app(client)) as web:
         run_page = await web.get(f"/runs/{handle.run_id}")
         version_page = await web.get("/workflows/signup/1")
@@ -330,7 +335,9 @@ async def test_queues_page_counts_decisions_as_legato_stats_does(
     await client.start(signup, Signup(email="ada@example.com"))  # due for a decision
     parked = await client.start(signup, Signup(email="bob@example.com"))
     async with engine.begin() as conn:
-        await decide_queue.record_failure(conn, parked.run_id, 10, "KeyError: x", None)
+        await decide_queue.record_failure(
+            conn, SHARDS.of_run(parked.run_id), parked.run_id, 10, "KeyError: x", None
+        )
     async with http(create_app(client)) as web:
         page = (await web.get("/queues")).text
     async with engine.connect() as conn:

@@ -27,12 +27,13 @@ from legato.engine.decider.model import (
 )
 from legato.engine.loops.decider import Batch
 from legato.engine.repositories import runs
-from legato.schema import NodeKind, RunStatus, TaskState, TimerKind
+from legato.schema import DEFAULT_SHARD_COUNT, NodeKind, RunStatus, Shards, TaskState, TimerKind
 
 from ._flows import signup
 from ._sim import T0, Sim
 
 RUN_ID = uuid.UUID("01940000-0000-7000-8000-000000000001")
+SHARDS = Shards(DEFAULT_SHARD_COUNT)
 RUNNING_TASK = uuid.UUID(int=1)  # a task the snapshot holds, RUNNING
 CREATED_TASK = uuid.UUID(int=2)
 SIGNAL = uuid.UUID(int=3)
@@ -140,11 +141,12 @@ def test_the_decider_loops_batch_gathers_every_action_as_its_row() -> None:
         finished_at=None,
     )
     for kind, sample in SAMPLES.items():
-        batch = Batch(now=T0)
+        batch = Batch(now=T0, shards=SHARDS, shard=SHARDS.of_run(RUN_ID))
         batch.add(run, 0, [sample])
         grown = {
             name
             for name in set(GATHERED_IN.values())
-            if len(getattr(batch, name)) != len(getattr(Batch(now=T0), name))
+            if len(getattr(batch, name))
+            != len(getattr(Batch(now=T0, shards=SHARDS, shard=SHARDS.of_run(RUN_ID)), name))
         }
         assert grown == {GATHERED_IN[kind]}, kind.__name__

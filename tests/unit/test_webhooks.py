@@ -42,6 +42,7 @@ def _delivery() -> Delivery:
         next_attempt_at=datetime(2024, 1, 1, tzinfo=UTC),
         last_error=None,
         dead_lettered_at=None,
+        shard=0,
     )
 
 
