@@ -199,7 +199,10 @@ async def test_a_run_id_may_be_a_uuid_string_everywhere(client: Client) -> None:
 async def test_a_reused_run_id_is_run_already_exists_and_writes_nothing(
     client: Client, engine: AsyncEngine
 ) -> None:
-    run_id = uuid7()
+    shards = await client.shards()
+    # In the key the idempotency key below puts a run in: the two agree, so the second
+    # start reaches the insert.
+    run_id = shards.new_run_id(shards.of_key("fresh-key"))
     await client.start(doubled, 1, run_id=run_id)
     before = await _rows(engine)
     with pytest.raises(RunAlreadyExists, match=f"a run with id {run_id} already exists"):
