@@ -32,7 +32,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import SHARD_PARAM, in_array, shard_param, uuid_array
+from legato.engine.repositories.params import (
+    SHARD_PARAM,
+    fan_out,
+    in_array,
+    shard_param,
+    uuid_array,
+)
 from legato.schema import DecideQueue, Runs
 
 
@@ -206,16 +212,18 @@ async def quarantined(conn: AsyncConnection, limit: int) -> list[QuarantinedRun]
     path). Served by ``ix_decide_queue_quarantined``, then the runs' primary keys
     (shard, id), joined within each row's key."""
     rows = await conn.execute(
-        select(
-            DecideQueue.run_id,
-            Runs.workflow_name,
-            DecideQueue.failures,
-            DecideQueue.quarantined_at,
-            DecideQueue.last_error,
+        fan_out(
+            select(
+                DecideQueue.run_id,
+                Runs.workflow_name,
+                DecideQueue.failures,
+                DecideQueue.quarantined_at,
+                DecideQueue.last_error,
+            )
+            .join(Runs.table, (Runs.shard == DecideQueue.shard) & (Runs.id == DecideQueue.run_id))
+            .where(DecideQueue.quarantined_at.is_not(None))
+            .order_by(DecideQueue.quarantined_at.desc())
+            .limit(limit)
         )
-        .join(Runs.table, (Runs.shard == DecideQueue.shard) & (Runs.id == DecideQueue.run_id))
-        .where(DecideQueue.quarantined_at.is_not(None))
-        .order_by(DecideQueue.quarantined_at.desc())
-        .limit(limit)
     )
     return [QuarantinedRun(*row) for row in rows.all()]

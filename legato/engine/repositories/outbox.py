@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
+    fan_out,
     in_array,
     int_array,
     rows_of,
@@ -369,7 +370,7 @@ async def entries(conn: AsyncConnection, *, dead: bool, limit: int) -> list[Deli
         query = query.where(Outbox.dead_lettered_at.is_(None)).order_by(
             Outbox.next_attempt_at, Outbox.id
         )
-    result = await conn.execute(query.limit(limit))
+    result = await conn.execute(fan_out(query.limit(limit)))
     return [Delivery(*row) for row in result.all()]
 
 
@@ -377,9 +378,11 @@ async def get(conn: AsyncConnection, delivery_id: int) -> Delivery | None:
     """Fan-out across shard keys: one delivery by its id, in whichever key holds it
     (``legato outbox show``; ids are unique across keys). The primary key of each key."""
     result = await conn.execute(
-        select(*_delivery_columns())
-        .join(WebhookEndpoints.table, WebhookEndpoints.id == Outbox.endpoint_id)
-        .where(Outbox.id == delivery_id)
+        fan_out(
+            select(*_delivery_columns())
+            .join(WebhookEndpoints.table, WebhookEndpoints.id == Outbox.endpoint_id)
+            .where(Outbox.id == delivery_id)
+        )
     )
     row = result.one_or_none()
     return None if row is None else Delivery(*row)
@@ -396,8 +399,10 @@ async def replay(conn: AsyncConnection, ids: Sequence[int] | None) -> list[int]:
             in_array(Outbox.id, bindparam("ids", list(ids), type_=ARRAY(BigInteger())))
         )
     result = await conn.execute(
-        statement.values(dead_lettered_at=None, attempts=0, next_attempt_at=func.now()).returning(
-            Outbox.id
+        fan_out(
+            statement.values(
+                dead_lettered_at=None, attempts=0, next_attempt_at=func.now()
+            ).returning(Outbox.id)
         )
     )
     return sorted(result.scalars().all())

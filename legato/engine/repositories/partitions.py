@@ -25,6 +25,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.type_api import to_instance
 
 from legato.db import DEFAULT_SCHEMA, validate_schema_name
+from legato.engine.repositories.params import fan_out
 from legato.errors import ConfigurationError, InvalidRunId
 from legato.schema import SCHEMA_PLACEHOLDER, Runs, is_uuid7, uuid7_time_ms
 
@@ -151,7 +152,7 @@ async def drop(
         literal(dry_run, Boolean()),
     ).table_valued(column("partition", Text()), column("action", Text()))
     try:
-        result = await conn.execute(select(rows.c.partition, rows.c.action))
+        result = await conn.execute(fan_out(select(rows.c.partition, rows.c.action)))
     except DBAPIError as error:
         if getattr(error.orig, "sqlstate", None) != _RETENTION_REFUSED:
             raise

@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import Unnest, in_array, shard_param, uuid_array
+from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
 from legato.schema.values import TaskError
@@ -364,4 +364,4 @@ async def list_runs(
     statement = _select().order_by(Runs.id.desc()).limit(limit)
     if conditions:
         statement = statement.where(and_(*conditions))
-    return [_row(row) for row in await conn.execute(statement)]
+    return [_row(row) for row in await conn.execute(fan_out(statement))]

@@ -16,6 +16,7 @@ from sqlalchemy import and_, cast, column, func, select, table
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.params import fan_out
 from legato.schema import DecideQueue, Runs, RunStatus, TaskQueue, Tasks, TaskState
 from legato.schema.types import uuid7_bound
 
@@ -40,10 +41,12 @@ async def task_backlog(conn: AsyncConnection) -> list[Backlog]:
     backlog. Served by the partial index ``ix_task_queue_dequeue`` (``lease_expires_at IS
     NULL``), whose leading column is the queue."""
     result = await conn.execute(
-        select(TaskQueue.queue, func.count(), func.min(TaskQueue.available_at))
-        .where(TaskQueue.lease_expires_at.is_(None), TaskQueue.available_at <= func.now())
-        .group_by(TaskQueue.queue)
-        .order_by(TaskQueue.queue)
+        fan_out(
+            select(TaskQueue.queue, func.count(), func.min(TaskQueue.available_at))
+            .where(TaskQueue.lease_expires_at.is_(None), TaskQueue.available_at <= func.now())
+            .group_by(TaskQueue.queue)
+            .order_by(TaskQueue.queue)
+        )
     )
     return [Backlog(queue, int(depth), oldest) for queue, depth, oldest in result]
 
@@ -54,8 +57,10 @@ async def decide_backlog(conn: AsyncConnection) -> Backlog:
     sampler). Served by ``ix_decide_queue_decider`` (its predicate is the quarantine
     filter)."""
     result = await conn.execute(
-        select(func.count(), func.min(DecideQueue.available_at)).where(
-            DecideQueue.available_at <= func.now(), DecideQueue.quarantined_at.is_(None)
+        fan_out(
+            select(func.count(), func.min(DecideQueue.available_at)).where(
+                DecideQueue.available_at <= func.now(), DecideQueue.quarantined_at.is_(None)
+            )
         )
     )
     depth, oldest = result.one()
@@ -65,7 +70,9 @@ async def decide_backlog(conn: AsyncConnection) -> Backlog:
 async def quarantined_count(conn: AsyncConnection) -> int:
     """Fan-out across shard keys: how many runs are quarantined (``legato stats``). Served
     by ``ix_decide_queue_quarantined``."""
-    result = await conn.execute(select(func.count()).where(DecideQueue.quarantined_at.is_not(None)))
+    result = await conn.execute(
+        fan_out(select(func.count()).where(DecideQueue.quarantined_at.is_not(None)))
+    )
     return int(result.scalar_one())
 
 
@@ -81,10 +88,12 @@ async def leases_by_worker(conn: AsyncConnection) -> list[Leases]:
     (``legato stats``). Served by the partial index ``ix_task_queue_leased`` (only leased
     rows)."""
     result = await conn.execute(
-        select(TaskQueue.lease_owner, func.count(), func.min(TaskQueue.lease_expires_at))
-        .where(TaskQueue.lease_expires_at.is_not(None))
-        .group_by(TaskQueue.lease_owner)
-        .order_by(TaskQueue.lease_owner)
+        fan_out(
+            select(TaskQueue.lease_owner, func.count(), func.min(TaskQueue.lease_expires_at))
+            .where(TaskQueue.lease_expires_at.is_not(None))
+            .group_by(TaskQueue.lease_owner)
+            .order_by(TaskQueue.lease_owner)
+        )
     )
     return [Leases(str(owner), int(held), expiry) for owner, held, expiry in result]
 
@@ -93,7 +102,9 @@ async def running_runs(conn: AsyncConnection) -> int:
     """Fan-out across shard keys: how many runs are RUNNING, however old (``legato stats``).
     Served by the partial index ``ix_runs_active``."""
     result = await conn.execute(
-        select(func.count()).select_from(Runs.table).where(Runs.status == RunStatus.RUNNING)
+        fan_out(
+            select(func.count()).select_from(Runs.table).where(Runs.status == RunStatus.RUNNING)
+        )
     )
     return int(result.scalar_one())
 
@@ -109,7 +120,11 @@ async def runs_by_status(conn: AsyncConnection, window: timedelta) -> dict[RunSt
     stats``). The id range keeps the scan to the window's partitions, through their primary
     keys."""
     result = await conn.execute(
-        select(Runs.status, func.count()).where(Runs.id >= since_id(window)).group_by(Runs.status)
+        fan_out(
+            select(Runs.status, func.count())
+            .where(Runs.id >= since_id(window))
+            .group_by(Runs.status)
+        )
     )
     return {status: int(count) for status, count in result}
 
@@ -133,16 +148,18 @@ async def recent_failures(
     bound = since_id(window)
     error_type = cast(Tasks.error, JSONB)["type"].astext
     result = await conn.execute(
-        select(Runs.workflow_name, Tasks.node_id, error_type, func.count())
-        .join(Runs.table, and_(Runs.shard == Tasks.shard, Runs.id == Tasks.run_id))
-        .where(
-            Tasks.run_id >= bound,
-            Runs.id >= bound,
-            Tasks.state.in_([TaskState.FAILED, TaskState.TIMED_OUT]),
-            Tasks.finished_at >= func.now() - finished_within,
+        fan_out(
+            select(Runs.workflow_name, Tasks.node_id, error_type, func.count())
+            .join(Runs.table, and_(Runs.shard == Tasks.shard, Runs.id == Tasks.run_id))
+            .where(
+                Tasks.run_id >= bound,
+                Runs.id >= bound,
+                Tasks.state.in_([TaskState.FAILED, TaskState.TIMED_OUT]),
+                Tasks.finished_at >= func.now() - finished_within,
+            )
+            .group_by(Runs.workflow_name, Tasks.node_id, error_type)
+            .order_by(func.count().desc(), Runs.workflow_name, Tasks.node_id)
         )
-        .group_by(Runs.workflow_name, Tasks.node_id, error_type)
-        .order_by(func.count().desc(), Runs.workflow_name, Tasks.node_id)
     )
     return [Failures(wf, node, str(kind), int(count)) for wf, node, kind, count in result]
 

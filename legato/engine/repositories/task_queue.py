@@ -38,6 +38,7 @@ from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     Unnest,
+    fan_out,
     in_array,
     rows_of,
     shard_param,
@@ -478,6 +479,8 @@ async def leased_by(conn: AsyncConnection, owner: str) -> int:
     """Fan-out across shard keys: how many rows ``owner`` still leases, in every key
     (tests of graceful shutdown, ``legato`` status; never on a hot path)."""
     result = await conn.execute(
-        select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
+        fan_out(
+            select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
+        )
     )
     return int(result.scalar_one())

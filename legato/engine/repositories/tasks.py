@@ -38,6 +38,7 @@ from sqlalchemy.sql.dml import ReturningUpdate, Update
 from legato.engine.repositories.params import (
     SHARD_PARAM,
     Unnest,
+    fan_out,
     in_array,
     shard_param,
     text_array,
@@ -407,7 +408,7 @@ def _open_waits_statement() -> Select[uuid.UUID, str]:
         Signals.name == event_name,
         Signals.consumed_at.is_(None),
     )
-    return (
+    return fan_out(
         select(Runs.id, Runs.workflow_name)
         .join_from(
             Tasks.table, Runs.table, and_(Runs.shard == Tasks.shard, Runs.id == Tasks.run_id)

@@ -19,7 +19,7 @@ from pydantic import JsonValue
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import in_array, uuid_array
+from legato.engine.repositories.params import fan_out, in_array, uuid_array
 from legato.engine.repositories.tasks import TASK_ROW_COLUMNS, TaskRow
 from legato.schema import (
     DecideQueue,
@@ -102,7 +102,7 @@ async def list_runs(
         .order_by(Runs.id.desc())
         .limit(limit)
     )
-    return [RunListRow(*tuple(row)) for row in await conn.execute(statement)]
+    return [RunListRow(*tuple(row)) for row in await conn.execute(fan_out(statement))]
 
 
 async def runs_with_key(conn: AsyncConnection, key: str) -> list[uuid.UUID]:
@@ -115,10 +115,12 @@ async def runs_with_key(conn: AsyncConnection, key: str) -> list[uuid.UUID]:
     # Every key, named, so the lookup stays on the primary key (shard, namespace, key).
     every_key = select(func.generate_series(0, Installation.shard_count - 1)).scalar_subquery()
     result = await conn.execute(
-        select(IdempotencyKeys.run_id).where(
-            IdempotencyKeys.shard.in_(every_key),
-            IdempotencyKeys.namespace.in_(names),
-            IdempotencyKeys.key == key,
+        fan_out(
+            select(IdempotencyKeys.run_id).where(
+                IdempotencyKeys.shard.in_(every_key),
+                IdempotencyKeys.namespace.in_(names),
+                IdempotencyKeys.key == key,
+            )
         )
     )
     return list(result.scalars())
@@ -182,22 +184,24 @@ async def workflow_versions(conn: AsyncConnection) -> list[VersionRow]:
         .subquery()
     )
     result = await conn.execute(
-        select(
-            WorkflowDefinitions.name,
-            WorkflowDefinitions.version,
-            WorkflowDefinitions.deployed,
-            WorkflowDefinitions.created_at,
-            WorkflowDefinitions.deployed_at,
-            func.coalesce(running.c.running, 0),
+        fan_out(
+            select(
+                WorkflowDefinitions.name,
+                WorkflowDefinitions.version,
+                WorkflowDefinitions.deployed,
+                WorkflowDefinitions.created_at,
+                WorkflowDefinitions.deployed_at,
+                func.coalesce(running.c.running, 0),
+            )
+            .outerjoin(
+                running,
+                and_(
+                    running.c.workflow_name == WorkflowDefinitions.name,
+                    running.c.workflow_version == WorkflowDefinitions.version,
+                ),
+            )
+            .order_by(WorkflowDefinitions.name, WorkflowDefinitions.version.desc())
         )
-        .outerjoin(
-            running,
-            and_(
-                running.c.workflow_name == WorkflowDefinitions.name,
-                running.c.workflow_version == WorkflowDefinitions.version,
-            ),
-        )
-        .order_by(WorkflowDefinitions.name, WorkflowDefinitions.version.desc())
     )
     return [VersionRow(*row) for row in result]
 
@@ -217,14 +221,16 @@ async def task_queues(conn: AsyncConnection) -> list[QueueRow]:
     leased attempts per worker, over every key (the dashboard's queues page). ``task_queue``
     holds only pending attempts; one scan of its partitions."""
     result = await conn.execute(
-        select(
-            TaskQueue.queue,
-            TaskQueue.lease_owner,
-            func.count(),
-            func.min(TaskQueue.available_at),
+        fan_out(
+            select(
+                TaskQueue.queue,
+                TaskQueue.lease_owner,
+                func.count(),
+                func.min(TaskQueue.available_at),
+            )
+            .group_by(TaskQueue.queue, TaskQueue.lease_owner)
+            .order_by(TaskQueue.queue, TaskQueue.lease_owner.nulls_first())
         )
-        .group_by(TaskQueue.queue, TaskQueue.lease_owner)
-        .order_by(TaskQueue.queue, TaskQueue.lease_owner.nulls_first())
     )
     return [QueueRow(*row) for row in result]
 

@@ -1,0 +1,91 @@
+"""Statements that read or write across shard keys carry ``params.FAN_OUT`` in their SQL.
+
+The integration test of single-key statements (tests/integration/test_shard_statements.py)
+leaves out whatever carries the mark, so a fan-out that loses it fails there; these check
+the mark without a database: the cached builder is compiled directly, and the fan-outs
+that build their statement inline are run against a stand-in connection that keeps the
+statement and stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from legato.db import create_engine
+from legato.engine.repositories import (
+    decide_queue,
+    outbox,
+    runs,
+    stats,
+    task_queue,
+    tasks,
+    ui_queries,
+)
+from legato.engine.repositories.params import FAN_OUT
+from legato.engine.repositories.ui_queries import RunQuery
+
+DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # never connects
+
+
+def sql_of(statement: Any) -> str:
+    return str(statement.compile(dialect=DIALECT))
+
+
+def test_open_waits_statement_is_marked() -> None:
+    """Client.emit's fan-out (``tasks.open_waits``), built once by a cached builder."""
+    assert FAN_OUT in sql_of(tasks._open_waits_statement())
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Capturing:
+    """Keeps the first statement executed, then stops the caller."""
+
+    statement: Any = None
+
+    async def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        self.statement = statement
+        raise _Stop
+
+
+FanOut = Callable[[Any], Awaitable[object]]
+
+INLINE: dict[str, FanOut] = {
+    "stats.task_backlog": stats.task_backlog,
+    "stats.decide_backlog": stats.decide_backlog,
+    "stats.quarantined_count": stats.quarantined_count,
+    "stats.leases_by_worker": stats.leases_by_worker,
+    "stats.running_runs": stats.running_runs,
+    "stats.runs_by_status": lambda conn: stats.runs_by_status(conn, timedelta(days=1)),
+    "stats.recent_failures": lambda conn: stats.recent_failures(
+        conn, timedelta(hours=1), timedelta(days=1)
+    ),
+    "runs.list_runs": lambda conn: runs.list_runs(
+        conn, workflow_name="wf", status=None, before=None, limit=10
+    ),
+    "task_queue.leased_by": lambda conn: task_queue.leased_by(conn, "worker-1"),
+    "outbox.entries(dead)": lambda conn: outbox.entries(conn, dead=True, limit=10),
+    "outbox.entries(pending)": lambda conn: outbox.entries(conn, dead=False, limit=10),
+    "outbox.get": lambda conn: outbox.get(conn, 1),
+    "outbox.replay": lambda conn: outbox.replay(conn, [1, 2]),
+    "ui_queries.list_runs": lambda conn: ui_queries.list_runs(conn, RunQuery(), None, 10),
+    "ui_queries.runs_with_key": lambda conn: ui_queries.runs_with_key(conn, "k"),
+    "ui_queries.workflow_versions": ui_queries.workflow_versions,
+    "ui_queries.task_queues": ui_queries.task_queues,
+    "decide_queue.quarantined": lambda conn: decide_queue.quarantined(conn, 10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INLINE))
+async def test_inline_fan_out_is_marked(name: str) -> None:
+    conn = _Capturing()
+    with pytest.raises(_Stop):
+        await INLINE[name](conn)
+    assert conn.statement is not None
+    assert FAN_OUT in sql_of(conn.statement)
