@@ -1,10 +1,9 @@
 """Statements that read or write across shard keys carry ``params.FAN_OUT`` in their SQL.
 
-The integration test of single-key statements (tests/integration/test_shard_statements.py)
-leaves out whatever carries the mark, so a fan-out that loses it fails there; these check
-the mark without a database: the cached builder is compiled directly, and the fan-outs
-that build their statement inline are run against a stand-in connection that keeps the
-statement and stops.
+The test of single-key statements (tests/integration/test_shard_statements.py) leaves
+out whatever carries the mark; these check that each fan-out does carry it: the cached
+builder is compiled directly, and the fan-outs that build their statement inline are
+run on a real database (in a transaction rolled back) while the SQL they send is kept.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.db import create_engine
 from legato.engine.repositories import (
@@ -28,7 +29,7 @@ from legato.engine.repositories import (
 from legato.engine.repositories.params import FAN_OUT
 from legato.engine.repositories.ui_queries import RunQuery
 
-DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # never connects
+DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # compiles only
 
 
 def sql_of(statement: Any) -> str:
@@ -38,20 +39,6 @@ def sql_of(statement: Any) -> str:
 def test_open_waits_statement_is_marked() -> None:
     """Client.emit's fan-out (``tasks.open_waits``), built once by a cached builder."""
     assert FAN_OUT in sql_of(tasks._open_waits_statement())
-
-
-class _Stop(Exception):
-    pass
-
-
-class _Capturing:
-    """Keeps the first statement executed, then stops the caller."""
-
-    statement: Any = None
-
-    async def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
-        self.statement = statement
-        raise _Stop
 
 
 FanOut = Callable[[Any], Awaitable[object]]
@@ -83,9 +70,18 @@ INLINE: dict[str, FanOut] = {
 
 
 @pytest.mark.parametrize("name", sorted(INLINE))
-async def test_inline_fan_out_is_marked(name: str) -> None:
-    conn = _Capturing()
-    with pytest.raises(_Stop):
-        await INLINE[name](conn)
-    assert conn.statement is not None
-    assert FAN_OUT in sql_of(conn.statement)
+async def test_inline_fan_out_is_marked(engine: AsyncEngine, name: str) -> None:
+    sent: list[str] = []
+
+    def keep(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        sent.append(sql)
+
+    async with engine.connect() as conn:
+        event.listen(engine.sync_engine, "before_cursor_execute", keep)
+        try:
+            await INLINE[name](conn)
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", keep)
+            await conn.rollback()
+    assert sent, f"{name} sent nothing"
+    assert all(FAN_OUT in sql for sql in sent), sent
