@@ -5,6 +5,7 @@ any worker's claim."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -72,12 +73,24 @@ async def _owners(engine: AsyncEngine, state: TaskState) -> Counter[str | None]:
         return Counter(rows.scalars())
 
 
+async def _swept(runtime: Runtime) -> None:
+    """Until the local worker's first claim round (one claim per key) is over: each claim
+    reserves every free slot, so a decision meanwhile hands nothing off."""
+    worker = runtime.worker
+    assert worker is not None
+    await eventually(
+        lambda: worker._all_marked_at > -math.inf and not worker._dirty and not worker._reserved,
+        "the worker's first claims",
+    )
+
+
 async def test_a_decision_hands_new_attempts_to_the_local_worker(
     engine: AsyncEngine, client: Client
 ) -> None:
     # Every attempt ran without a claim: each was leased in the decision that made it.
     async with Runtime(engine, app, poll_interval=60) as runtime:
         assert runtime.handoff is not None and runtime.worker is not None
+        await _swept(runtime)
         handles = [await client.start(tenfold_twice, n) for n in range(5)]
         assert [await h.result(timeout=20) for h in handles] == [n * 100 for n in range(5)]
         assert runtime.handoff.handed == 10
@@ -103,6 +116,7 @@ async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_
     try:
         async with Runtime(engine, app, concurrency=2, poll_interval=0.2) as runtime:
             assert runtime.handoff is not None and runtime.worker is not None
+            await _swept(runtime)
             handle = await client.start(held_fanout, list(range(6)))
             await eventually(lambda: GATE.inside == 6, "all six attempts to be running")
             # The decision filled the local worker's two slots; the remote worker claimed
@@ -137,6 +151,7 @@ async def test_a_burst_larger_than_the_worker_concurrency_drains_without_waiting
     that frees claims the queued attempts at once (a poll would come only after 60 s)."""
     async with Runtime(engine, app, concurrency=2, poll_interval=60) as runtime:
         assert runtime.handoff is not None
+        await _swept(runtime)
         handles = await client.start_many(tenfold_twice, list(range(12)))
         async with asyncio.timeout(30):
             results = [await handle.result(timeout=30) for handle in handles]
@@ -156,6 +171,7 @@ async def test_a_handed_off_run_leaves_no_empty_claim_or_take_behind(
 
     # Polling once a minute: every claim or take below was woken by a NOTIFY or a nudge.
     async with Runtime(engine, app, poll_interval=60) as runtime:
+        await _swept(runtime)
         assert await (await client.start(tenfold_twice, 0)).result(timeout=20) == 0
         event.listen(engine.sync_engine, "before_cursor_execute", record)
         try:
