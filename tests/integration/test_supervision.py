@@ -50,6 +50,8 @@ async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> N
 
 
 def _sweeper(runtime: Runtime) -> Loop:
+    """The runtime's lease sweeper: its loops are built in ``start()``, which returns
+    before any of them has run (patched right after it, no tick is missed)."""
     (sweeper,) = [loop for loop in runtime.loops if loop.name == "lease-sweeper"]
     return sweeper
 
@@ -58,14 +60,14 @@ async def test_a_crashed_loop_is_restarted_and_a_database_error_only_retried(
     engine: AsyncEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
     runtime = Runtime(engine, flows.app, roles=Roles(decider=False, worker=False), restarts=FAST)
+    caplog.set_level(logging.INFO, logger="legato")
+    await runtime.start()
     sweeper = _sweeper(runtime)
     bug = _failing(2, RuntimeError("boom"), sweeper.tick)
     sweeper.tick = bug  # type: ignore[method-assign]
     timer = next(loop for loop in runtime.loops if loop.name == "timer")
     outage = _failing(3, ConnectionRefusedError("refused"), timer.tick)
     timer.tick = outage  # type: ignore[method-assign]
-    caplog.set_level(logging.INFO, logger="legato")
-    await runtime.start()
     await _until(lambda: len(bug.calls) > 3 and len(outage.calls) > 4, "ticks after the failures")
     await runtime.stop()  # healthy again: nothing to raise
     crashes = [r for r in caplog.records if "lease-sweeper loop crashed" in r.getMessage()]
@@ -80,9 +82,9 @@ async def test_a_crashed_loop_is_restarted_and_a_database_error_only_retried(
 
 async def test_a_loop_that_keeps_crashing_fails_the_runtime(engine: AsyncEngine) -> None:
     runtime = Runtime(engine, flows.app, roles=Roles(decider=False, worker=False), restarts=FAST)
+    await runtime.start()
     sweeper = _sweeper(runtime)
     sweeper.tick = _failing(99, RuntimeError("boom"), sweeper.tick)  # type: ignore[method-assign]
-    await runtime.start()
     await asyncio.wait_for(runtime.wait(), timeout=20)  # every loop stopped
     assert all(loop.stopping for loop in runtime.loops)
     with pytest.raises(
@@ -100,11 +102,11 @@ async def test_the_worker_lease_keeper_is_supervised(engine: AsyncEngine) -> Non
         lease=timedelta(seconds=0.3),
         restarts=FAST,
     )
+    await runtime.start()  # builds the worker; it has not run yet
     worker = runtime.worker
     assert worker is not None
     once = _failing(1, RuntimeError("lease bug"), worker.extend_leases)
     worker.extend_leases = once  # type: ignore[method-assign]
-    await runtime.start()
     await _until(lambda: len(once.calls) >= 3, "the lease keeper to run again after its crash")
     await runtime.stop()
 
@@ -116,12 +118,12 @@ async def test_the_worker_lease_keeper_is_supervised(engine: AsyncEngine) -> Non
         restarts=FAST,
         poll_interval=0.1,
     )
-    assert runtime.worker is not None
-    runtime.worker.extend_leases = _failing(  # type: ignore[method-assign]
-        99, RuntimeError("lease bug"), runtime.worker.extend_leases
-    )
     async with asyncio.timeout(20):
         await runtime.start()
+        assert runtime.worker is not None
+        runtime.worker.extend_leases = _failing(  # type: ignore[method-assign]
+            99, RuntimeError("lease bug"), runtime.worker.extend_leases
+        )
         await runtime.wait()
     with pytest.raises(LoopFailed, match="worker lease keeper crashed 3 times"):
         await runtime.stop()
