@@ -34,7 +34,9 @@ def test_a_loop_is_built_with_its_restart_policy() -> None:
 
 def test_the_runtime_gives_every_loop_its_restart_policy() -> None:
     patient = RestartPolicy(max_restarts=50)
+    shards = Shards(DEFAULT_SHARD_COUNT)
     given = Runtime(engine, app, roles=EVERY_ROLE, restarts=patient)
+    given._build_loops(shards)  # what start() does once it has read the keys
     assert {type(loop).__name__ for loop in given.loops} >= {
         "DeciderLoop",
         "MaintenanceLoop",
@@ -45,5 +47,9 @@ def test_the_runtime_gives_every_loop_its_restart_policy() -> None:
         "RelayLoop",
     }
     assert all(loop.restarts is patient for loop in given.loops)
+    assert given.shard_leases
+    assert all(lease.restarts is patient for lease in given.shard_leases)
     default = Runtime(engine, app, roles=EVERY_ROLE)
+    default._build_loops(shards)
+    assert default.loops
     assert all(loop.restarts == RestartPolicy() for loop in default.loops)
