@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import signal
@@ -91,6 +92,20 @@ def _check_queues(queues: object) -> tuple[str, ...]:
 def _check_restarts(restarts: object) -> None:
     if not isinstance(restarts, RestartPolicy):
         raise ConfigurationError(f"restarts={restarts!r} must be a RestartPolicy")
+
+
+def worker_role(queues: Iterable[str], app: App) -> str:
+    """The lease role of a worker: its queues and a digest of the tasks it can run.
+
+    Workers running the same code on the same queues share their keys. A worker serving
+    other queues, or running other code (an old and a new deploy side by side, each
+    leaving the tasks it lacks to the other), is a member of another role, so every key
+    of every queue stays covered by every kind of worker that serves it.
+    """
+    served = sorted(set(queues))
+    names = sorted(name for name, task in app.tasks.items() if task.queue in served)
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
+    return f"worker:{','.join(served)}#{digest}"
 
 
 class Runtime:
@@ -204,10 +219,7 @@ class Runtime:
                 engine,
                 app,
                 shards=shards,
-                # Workers that serve the same queues share their keys; a worker serving
-                # other queues is a member of another role, so every queue's keys stay
-                # covered by every worker that serves it.
-                held=self._lease(shards, "worker:" + ",".join(sorted(set(served)))),
+                held=self._lease(shards, worker_role(served, app)),
                 queues=served,
                 concurrency=concurrency,
                 wakeups=listening,

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunStatus, Runtime, migrations
 from legato.db import create_engine
-from legato.runtime import Roles
+from legato.runtime import Roles, worker_role
 from legato.schema import RunEvents, Runs, ShardOwners
 from tests.e2e import flows
 from tests.helpers import eventually, started_processes
@@ -24,6 +24,8 @@ from tests.helpers import eventually, started_processes
 KEYS = 8
 RUNS = 240
 LEASE_SECONDS = "2"
+# The workers serve every queue of the flows app (tests/e2e/procs.py serves it whole).
+WORKER_ROLE = worker_role(sorted({t.queue for t in flows.app.tasks.values()}), flows.app)
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
@@ -88,7 +90,7 @@ async def test_kill_9_of_key_holders_loses_and_doubles_nothing(
     await helper.start()
     try:
         async with Client(engine, app=flows.app) as client:
-            for role, processes in (("decider", deciders), ("worker:default", workers)):
+            for role, processes in (("decider", deciders), (WORKER_ROLE, workers)):
                 pids = [p.pid for p in processes]
                 await eventually(
                     functools.partial(_every_key_held_by, engine, role, pids),
@@ -107,7 +109,7 @@ async def test_kill_9_of_key_holders_loses_and_doubles_nothing(
             for victim in (deciders[0], workers[0]):
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
-            for role, processes in (("decider", deciders[1:]), ("worker:default", workers[1:])):
+            for role, processes in (("decider", deciders[1:]), (WORKER_ROLE, workers[1:])):
                 pids = [p.pid for p in processes]
                 await eventually(
                     functools.partial(_every_key_held_by, engine, role, pids),
@@ -128,7 +130,7 @@ async def test_kill_9_of_key_holders_loses_and_doubles_nothing(
     assert len(per_node) == RUNS * 3
     assert set(per_node.values()) == {1}, "a completion was applied twice"
     victims = (deciders[0].pid, workers[0].pid)
-    for role in ("decider", "worker:default"):
+    for role in ("decider", WORKER_ROLE):
         holders = await _holders(engine, role)
         assert not any(_of(holders, pid) for pid in victims), f"a dead {role} still holds keys"
 
