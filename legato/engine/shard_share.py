@@ -1,6 +1,6 @@
 """Sharing a role's shard keys out among its members, one member's round at a time.
 
-A role ("decider", "timer", "sweeper", "relay", "worker:<queue>") has one member per
+A role ("decider", "timer", "sweeper", "relay", "worker:<queues>#<task digest>") has one member per
 live loop: a row of ``shard_owners`` naming the keys it holds. There is no leader: each
 member, in turn and under a lock on its role (``legato.engine.repositories.shard_owners``),
 reads every member's keys and rewrites only its own with ``rebalance``:

@@ -597,7 +597,7 @@ every Client and Runtime at connect (``legato.db.check_database``)."""
 class ShardOwnersColumns(TableColumns):
     """Columns of ``shard_owners`` (migration 0011)."""
 
-    role = text_col()  # "decider", "timer", "sweeper", "relay", "worker:<queue>"
+    role = text_col()  # "decider", "timer", "sweeper", "relay", "worker:<queues>#<task digest>"
     owner = text_col()  # one loop of one process
     shards: Column[list[int]] = Column(ARRAY(SmallInteger), nullable=False)
     expires_at = time_col(nullable=False)

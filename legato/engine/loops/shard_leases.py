@@ -1,6 +1,6 @@
 """The shard lease keeper: which of the shard keys one loop takes work from.
 
-Every loop of a role ("decider", "timer", "sweeper", "relay", "worker:<queue>") that
+Every loop of a role ("decider", "timer", "sweeper", "relay", "worker:<queues>#<task digest>") that
 takes per key has a ``ShardLease``: a member of the role with a row in
 ``shard_owners``. Every third of its time to live it runs a round
 (``legato.engine.repositories.shard_owners.rebalance_round``): renew the row, drop
