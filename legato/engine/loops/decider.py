@@ -518,7 +518,14 @@ class DeciderLoop(Loop):
         """One take per dirty held key, each key's batch in its own transaction; True when
         a take came back full (its key stays dirty) or a key was marked meanwhile."""
         full = False
-        for shard in self._due_keys():
+        keys = self._due_keys()
+        if len(keys) > 1 and self.helper is not None:
+            # The sibling loop takes the other half of the keys: one decides while the
+            # other waits on PostgreSQL.
+            half = (len(keys) + 1) // 2
+            self.helper.decide_now(keys[half:])
+            keys = keys[:half]
+        for shard in keys:
             if await self._decide_key(shard):
                 self._dirty[shard] = None
                 full = True
@@ -538,8 +545,8 @@ class DeciderLoop(Loop):
                 # clock at the transaction's start: a clock read before it could stamp a
                 # run taken at its start time with an earlier time.
                 now = datetime.now(UTC)
-                if len(claimed) > 1 and self.helper is not None:
-                    self.helper.decide_now([shard])
+                if len(claimed) >= self.batch_size and self.helper is not None:
+                    self.helper.decide_now([shard])  # more may wait in this key
                 batch = await decide_runs(conn, self.shards, shard, claimed, self.specs, now)
                 await local.lease(conn, shard, batch.enqueues, now)
                 await self._announce(conn, batch.cancels_attempts)
