@@ -179,6 +179,12 @@ class _Later:
     what: str
 
 
+class _Missing:
+    """No buffered signal (a stored payload may be JSON null)."""
+
+
+_MISSING = _Missing()
+
 _Value = _Stored | _Later | None  # None: unknown (what produces it is itself at risk)
 _Status = Literal["done", "skipped", "open"]
 
@@ -212,13 +218,21 @@ class VersionCheck:
             if state[0] == "skipped":
                 values[node.id] = None
                 continue
-            if isinstance(node, FirstOfNodeSpec):
+            signal: JsonValue | _Missing = _MISSING
+            if isinstance(node, EventNodeSpec):
+                row = run.rows.get((node.id, 0))
+                taken = next((i for i, (n, _) in enumerate(buffered) if n == node.event), None)
+                if (row is None or row[0] is TaskState.WAITING) and taken is not None:
+                    signal = buffered.pop(taken)[1]  # one signal satisfies one wait
+            if not isinstance(signal, _Missing):
+                values[node.id] = _Stored(signal, "the buffered signal")
+            elif isinstance(node, FirstOfNodeSpec):
                 values[node.id] = self._later(node, values)
             else:  # depends on the node and the new app only
                 if node.id not in self._later_memo:
                     self._later_memo[node.id] = self._later(node, values)
                 values[node.id] = self._later_memo[node.id]
-            findings += self._node(node, run, values, buffered)
+            findings += self._node(node, run, values, signal)
         if self.spec.on_failure is not None:
             handler = run.rows.get((HANDLER_NODE_ID, 0))
             if handler is None or handler[0] is not TaskState.COMPLETED:
@@ -316,7 +330,7 @@ class VersionCheck:
         node: NodeSpec,
         run: RunState,
         values: Mapping[str, _Value],
-        buffered: list[tuple[str, JsonValue]],
+        signal: JsonValue | _Missing,
     ) -> list[Finding]:
         if isinstance(node, TaskNodeSpec):
             return self._task(node.id, "task", node.task, [values.get(i) for i in node.inputs])
@@ -327,7 +341,7 @@ class VersionCheck:
                 return []  # started: the child is a run in flight of its own
             return self._child(node, values.get(node.inputs[0]))
         if isinstance(node, EventNodeSpec):
-            return self._event(node, buffered)
+            return self._event(node, signal)
         return []
 
     def _task(
@@ -399,7 +413,7 @@ class VersionCheck:
         prefix = f"child workflow {node.workflow!r} input"
         return [finding(r) for r in self._accepts(value, child.input_type, prefix)]
 
-    def _event(self, node: EventNodeSpec, buffered: list[tuple[str, JsonValue]]) -> list[Finding]:
+    def _event(self, node: EventNodeSpec, signal: JsonValue | _Missing) -> list[Finding]:
         def finding(reason: str) -> Finding:
             return Finding(node.id, "event", node.event, reason)
 
@@ -414,18 +428,13 @@ class VersionCheck:
                 )
             ]
         prefix = f"event {node.event!r} payload"
-        found: list[Finding] = []
-        signal = next((i for i, (name, _) in enumerate(buffered) if name == node.event), None)
-        for model in models:
-            if signal is not None:
-                stored = _Stored(buffered[signal][1], "the buffered signal")
-                found += [finding(r) for r in self._accepts(stored, model, prefix)]
-            elif node.payload_schema:
-                old = _Later(node.payload_schema, "what the version's model accepted")
-                found += [finding(r) for r in self._accepts(old, model, prefix)]
-        if signal is not None:
-            del buffered[signal]  # one signal satisfies one wait
-        return found
+        if not isinstance(signal, _Missing):
+            payload: _Value = _Stored(signal, "the buffered signal")
+        elif node.payload_schema:
+            payload = _Later(node.payload_schema, "what the version's model accepted")
+        else:
+            return []
+        return [finding(r) for model in models for r in self._accepts(payload, model, prefix)]
 
     # -- values against models ----------------------------------------------------------
 
