@@ -48,7 +48,8 @@ async def _start_and_leave_waiting(engine: AsyncEngine) -> list[uuid.UUID]:
                     states = {
                         t.node_id: t.state for t in (await client.get_run(handle.run_id)).tasks
                     }
-                    if states.get("reserve") is TaskState.COMPLETED and "shipment.approved" in states:
+                    reserved = states.get("reserve") is TaskState.COMPLETED
+                    if reserved and "shipment.approved" in states:
                         break
                     await asyncio.sleep(0.05)
     return [handle.run_id for handle in handles]
