@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         TaskContext,
     )
     from legato.db import create_engine
+    from legato.deploy_check import DeployReport, Risk, VersionReport, check_deploy
     from legato.errors import (
         ClientClosed,
         ConfigurationError,
@@ -104,6 +105,10 @@ _MODULE_OF: dict[str, str] = {
     "TaskCancelled": "legato.context",
     "TaskContext": "legato.context",
     "create_engine": "legato.db",
+    "check_deploy": "legato.deploy_check",
+    "DeployReport": "legato.deploy_check",
+    "Risk": "legato.deploy_check",
+    "VersionReport": "legato.deploy_check",
     "UnknownSchedule": "legato.errors",
     "InvalidSchedule": "legato.errors",
     "ConfigurationError": "legato.errors",
@@ -164,6 +169,7 @@ __all__ = [
     "Concurrency",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "DeployReport",
     "ErrorInfo",
     "FailureInfo",
     "Flow",
@@ -187,6 +193,7 @@ __all__ = [
     "QuarantinedRun",
     "RateLimit",
     "Retry",
+    "Risk",
     "Roles",
     "Run",
     "RunAlreadyExists",
@@ -209,9 +216,11 @@ __all__ = [
     "UnknownSchedule",
     "UnknownTask",
     "UnknownWorkflow",
+    "VersionReport",
     "WebhookNotFound",
     "Workflow",
     "WorkflowSpec",
+    "check_deploy",
     "create_engine",
     "task",
     "uuid7",

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from legato.cli import command, connected, nonempty, shown
+from legato.cli.deploy import add_check_options, run_check
 from legato.errors import ConfigurationError
 from legato.flow import App
 
@@ -78,6 +79,10 @@ def add_app(parser: argparse.ArgumentParser, *, required: bool = True, what: str
 
 async def _deploy(args: argparse.Namespace) -> int:
     app = load_app(args.app)
+    if args.check:
+        return await run_check(args, app)
+    if args.json:
+        raise ConfigurationError("--json goes with --check: `legato deploy --check --json`")
     async with connected(args) as client:
         versions = await client.deploy(app)
     if not versions:
@@ -97,8 +102,15 @@ def register(commands: Any) -> None:
         """examples:
   legato deploy --app examples.signup:app
   legato deploy --app myproject.workflows:app --schema legato
+  legato deploy --check --app myproject.workflows:app          # before a deploy
+  legato deploy --check --json --app myproject.workflows:app   # in CI
 
 Prints each workflow's deployed version. An unchanged spec keeps its version;
-runs already in flight finish on the version they started on.""",
+runs already in flight finish on the version they started on.
+
+--check deploys nothing: for every workflow version with runs in flight it says
+whether each run could finish with this app's code (its tasks, queues, input
+models, event models and child workflows), and exits 1 if any would be stranded.""",
     )
     add_app(deploy)
+    add_check_options(deploy)
