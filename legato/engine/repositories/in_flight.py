@@ -15,7 +15,7 @@ from pydantic import JsonValue
 from sqlalchemy import Integer, Select, literal_column, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import in_array, uuid_array
+from legato.engine.repositories.params import fan_out, in_array, uuid_array
 from legato.schema import DecideQueue, NodeKind, Runs, RunStatus, Signals, Tasks, TaskState
 
 
@@ -61,7 +61,7 @@ async def running_page(
     statement = _running_page_statement()
     if after is not None:
         statement = statement.where(Runs.id > after)
-    result = await conn.execute(statement.limit(limit))
+    result = await conn.execute(fan_out(statement.limit(limit)))
     return [InFlightRun(*row) for row in result]
 
 
@@ -75,7 +75,10 @@ def _running_page_statement() -> Select[uuid.UUID, str, int, JsonValue, bool]:
             DecideQueue.quarantined_at.is_not(None),
         )
         .select_from(Runs.table)
-        .outerjoin(DecideQueue.table, DecideQueue.run_id == Runs.id)
+        .outerjoin(
+            DecideQueue.table,
+            (DecideQueue.shard == Runs.shard) & (DecideQueue.run_id == Runs.id),
+        )
         .where(Runs.status == RunStatus.RUNNING)
         .order_by(Runs.id)
     )
@@ -85,9 +88,9 @@ async def progress(conn: AsyncConnection, run_ids: list[uuid.UUID]) -> dict[uuid
     """Fan-out across shard keys: the node rows (latest attempt of each node and map
     element) and unconsumed signals of ``run_ids``, a page of :func:`running_page`
     whose runs may sit in any partition (deploy check). One ``UNION ALL`` read, told
-    apart by a leading 0 / 1, served by ``ix_tasks_run_id_node_id_iteration_attempt``
+    apart by a leading 0 / 1, served by ``ix_tasks_shard_run_id_node_id_iteration_attempt``
     and the partial index ``ix_signals_pending`` in the runs' partitions; built once."""
-    result = await conn.execute(_progress_statement(), {"run_ids": run_ids})
+    result = await conn.execute(fan_out(_progress_statement()), {"run_ids": run_ids})
     found: dict[uuid.UUID, Progress] = {run_id: Progress() for run_id in run_ids}
     for run_id, which, node_id, iteration, attempt, kind, state, output, _ in result:
         run = found[run_id]
