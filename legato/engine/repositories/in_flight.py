@@ -90,7 +90,7 @@ async def progress(conn: AsyncConnection, run_ids: list[uuid.UUID]) -> dict[uuid
     whose runs may sit in any partition (deploy check). One ``UNION ALL`` read, told
     apart by a leading 0 / 1, served by ``ix_tasks_shard_run_id_node_id_iteration_attempt``
     and the partial index ``ix_signals_pending`` in the runs' partitions; built once."""
-    result = await conn.execute(fan_out(_progress_statement()), {"run_ids": run_ids})
+    result = await conn.execute(_progress_statement(), {"run_ids": run_ids})
     found: dict[uuid.UUID, Progress] = {run_id: Progress() for run_id in run_ids}
     for run_id, which, node_id, iteration, attempt, kind, state, output, _ in result:
         run = found[run_id]
@@ -107,16 +107,18 @@ async def progress(conn: AsyncConnection, run_ids: list[uuid.UUID]) -> dict[uuid
 @cache
 def _progress_statement() -> Any:
     run_ids = uuid_array("run_ids")
-    attempts = select(
-        Tasks.run_id,
-        literal_column("0", Integer()),
-        Tasks.node_id,
-        Tasks.iteration,
-        Tasks.attempt,
-        Tasks.kind,
-        Tasks.state,
-        Tasks.output,
-        null(),  # a signal's id
+    attempts = fan_out(
+        select(
+            Tasks.run_id,
+            literal_column("0", Integer()),
+            Tasks.node_id,
+            Tasks.iteration,
+            Tasks.attempt,
+            Tasks.kind,
+            Tasks.state,
+            Tasks.output,
+            null(),  # a signal's id
+        )
     ).where(in_array(Tasks.run_id, run_ids))
     pending = select(
         Signals.run_id,
