@@ -1,6 +1,7 @@
 """A process with every role (hand-offs on), for the hand-off kill test:
 ``python -m tests.e2e.handoff_procs DATABASE_URL HANDED_FILE``. Every 20 ms it writes how
-many attempts its decisions have handed to its worker so far."""
+many attempts its decisions have handed to its worker so far. Its shard leases are short
+(2 s), so the keys of a killed victim move to the survivor soon after the kill."""
 
 from __future__ import annotations
 
@@ -18,13 +19,21 @@ from tests.helpers import write_whole
 
 async def main(database_url: str, handed_file: Path) -> None:
     engine = create_engine(database_url, "legato")
-    runtime = Runtime(engine, app, lease=timedelta(seconds=1), poll_interval=0.2, grace_period=2.0)
-    assert runtime.handoff is not None
-    handoff = runtime.handoff
+    runtime = Runtime(
+        engine,
+        app,
+        lease=timedelta(seconds=1),
+        shard_lease=timedelta(seconds=2),
+        poll_interval=0.2,
+        grace_period=2.0,
+    )
 
     async def publish() -> None:
         while True:
-            await asyncio.to_thread(write_whole, handed_file, str(handoff.handed))
+            # The hand-off is built by ``start`` (inside ``run_until_signalled``).
+            handoff = runtime.handoff
+            handed = 0 if handoff is None else handoff.handed
+            await asyncio.to_thread(write_whole, handed_file, str(handed))
             await asyncio.sleep(0.02)
 
     publisher = asyncio.create_task(publish())

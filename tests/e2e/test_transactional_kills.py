@@ -2,7 +2,8 @@
 
 Worker processes (``tests/e2e/txprocs.py``) stop at a chosen point of their attempt and
 say so with a marker file; the test kills them there, then a fresh worker (in the test
-process) finishes.
+process) finishes. Each worker claims only from its share of the shard keys, so the test
+waits for the victims to share the keys out and starts one run in a key of each.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunHandle, Runtime
-from legato.runtime import Roles
+from legato.runtime import Roles, worker_role
+from legato.schema import ShardOwners
+from legato.schema.shards import Shards
 from tests.e2e import txflows
 from tests.e2e.test_transactional_tasks import create_ledger, ledger_rows
 from tests.helpers import eventually, started_processes
@@ -67,20 +71,55 @@ async def decider_and_sweeper(engine: AsyncEngine, tx_client: Client) -> AsyncIt
     await runtime.stop()
 
 
-Start = Callable[[], Awaitable[Sequence[RunHandle[int]]]]
+Start = Callable[[Sequence[int]], Awaitable[Sequence[RunHandle[int]]]]
+WORKER_ROLE = worker_role(sorted({t.queue for t in txflows.app.tasks.values()}), txflows.app)
+
+
+async def shared_out(
+    engine: AsyncEngine, shards: Shards, pids: Sequence[int]
+) -> dict[int, list[int]] | None:
+    """The keys of each victim (by pid) once the live workers are exactly the victims and
+    the keys are shared out evenly among them, each key once; else None (keys are still
+    changing hands, so a run started now could move to a victim busy with another)."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(ShardOwners.owner, ShardOwners.shards).where(
+                    ShardOwners.role == WORKER_ROLE, ShardOwners.expires_at > func.now()
+                )
+            )
+        ).all()
+    # An owner is "<role>@<host>:<pid>:<nonce>".
+    held = {int(owner.rsplit(":", 2)[1]): sorted(keys) for owner, keys in rows}
+    every = sorted(key for keys in held.values() for key in keys)
+    sizes = [len(keys) for keys in held.values()]
+    if sorted(held) != sorted(pids) or every != sorted(shards.all()):
+        return None
+    return held if min(sizes) > 0 and max(sizes) - min(sizes) <= 1 else None
 
 
 async def kill_at_markers(
-    spawn: Spawn, points: list[str], marker_dir: Path, start: Start
+    client: Client, spawn: Spawn, points: list[str], marker_dir: Path, start: Start
 ) -> tuple[dict[uuid.UUID, str], Sequence[RunHandle[int]]]:
-    """One single-slot victim per point; ``start`` the runs; once each victim has stopped
-    at its point, kill -9 it. Returns the point each run was killed at, and the runs."""
+    """One single-slot victim per point; once the victims have shared out the keys,
+    ``start`` one run in a key of each; once each victim has stopped at its point, kill
+    -9 it. Returns the point each run was killed at, and the runs."""
     marker_dir.mkdir()  # noqa: ASYNC240 - a test's temporary directory
     victims = [
         (spawn("--kill-at", point, "--marker-dir", str(marker_dir), "--concurrency", "1"), point)
         for point in points
     ]
-    handles = await start()
+    pids = [proc.pid for proc, _ in victims]
+    shares: dict[int, list[int]] = {}
+
+    shards = await client.shards()
+
+    async def settled() -> bool:
+        shares.update(await shared_out(client.engine, shards, pids) or {})
+        return bool(shares)
+
+    await eventually(settled, "the victims to share out the keys", timeout=60)
+    handles = await start([shares[pid][0] for pid in pids])
     markers = [marker_dir / str(proc.pid) for proc, _ in victims]
     await eventually(
         lambda: all(m.exists() for m in markers), "every victim to reach its point", timeout=60
@@ -123,14 +162,18 @@ async def test_kill_9_anywhere_in_a_transactional_task_applies_it_exactly_once(
     random.Random(15).shuffle(order)
     killed_at: dict[uuid.UUID, str] = {}
     outputs: dict[uuid.UUID, int] = {}
+    shards = await tx_client.shards()
+
+    async def start(keys: Sequence[int]) -> list[RunHandle[int]]:
+        return [
+            await tx_client.start(txflows.book_flow, n, run_id=shards.new_run_id(key))
+            for n, key in enumerate(keys)
+        ]
+
     for round_ in range(ROUNDS):
         points = order[round_ * len(POINTS) : (round_ + 1) * len(POINTS)]
-        inputs = list(range(len(points)))
         killed, handles = await kill_at_markers(
-            spawn,
-            points,
-            tmp_path / str(round_),
-            lambda: tx_client.start_many(txflows.book_flow, inputs),  # noqa: B023 - awaited now
+            tx_client, spawn, points, tmp_path / str(round_), start
         )
         killed_at.update(killed)
         finished = await finish_with_a_fresh_worker(engine, handles)
@@ -152,11 +195,15 @@ async def test_kill_9_between_a_plain_tasks_write_and_its_report_applies_it_twic
     spawn: Spawn,
     tmp_path: Path,
 ) -> None:
-    async def start() -> list[RunHandle[int]]:
-        return [await tx_client.start(txflows.book_plain_flow, 1)]
+    async def start(keys: Sequence[int]) -> list[RunHandle[int]]:
+        shards = await tx_client.shards()
+        return [
+            await tx_client.start(txflows.book_plain_flow, 1, run_id=shards.new_run_id(key))
+            for key in keys
+        ]
 
     killed_at, handles = await kill_at_markers(
-        spawn, [txflows.PLAIN_AFTER_WRITE], tmp_path / "m", start
+        tx_client, spawn, [txflows.PLAIN_AFTER_WRITE], tmp_path / "m", start
     )
     (output,) = await finish_with_a_fresh_worker(engine, handles)
     (run_id,) = killed_at
