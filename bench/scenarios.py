@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -697,20 +697,39 @@ async def _stamps(probe: AsyncEngine, runs: list[uuid.UUID]) -> dict[tuple[uuid.
 # -- history ---------------------------------------------------------------------------------
 
 
+class CycleKey:
+    """The one shard key a ``Cycler``'s loops hold: the key of the run being cycled.
+
+    A tick takes per key (the decider every dirty held key, the worker one dirty key and
+    queue), so loops holding every key would spend a cycle's tick on the other keys'
+    empty takes, and the worker's one claim of a tick would mostly miss the run's key.
+    Holding only that key makes each step the single-key path a run takes."""
+
+    def __init__(self) -> None:
+        self.key = 0
+
+    def held(self) -> Sequence[int]:
+        return (self.key,)
+
+
 class Cycler:
     """One database's start -> decide -> claim -> finish -> decide cycle, in-process,
     each step timed; its decider and worker are made once, so rounds can alternate
-    between databases (interleaving cancels the machine's drift out of the ratios)."""
+    between databases (interleaving cancels the machine's drift out of the ratios).
+    Both hold only the cycled run's key (``CycleKey``)."""
 
     def __init__(
         self, engine: AsyncEngine, client: Client, shards: Shards, worker_app: App = app
     ) -> None:
         self.client = client
-        self.decider = DeciderLoop(engine, shards=shards)
+        self.shards = shards
+        self.key = CycleKey()
+        self.decider = DeciderLoop(engine, shards=shards, held=self.key)
         self.worker = Worker(
             engine,
             worker_app,
             shards=shards,
+            held=self.key,
             queues=("default",),
             concurrency=4,
             flush_interval=0,
@@ -722,16 +741,22 @@ class Cycler:
     async def run(self, cycles: int, *, keep: bool = True) -> None:
         for _ in range(cycles):
             self._i += 1
-            await self.client.start(one, self._i)
+            handle = await self.client.start(one, self._i)
+            key = self.key.key = self.shards.of_run(handle.run_id)
+            # What a running loop's NOTIFY would mark: the run's key has work (a tick
+            # between polls takes from marked keys only).
+            self.decider.decide_now([key])
             t0 = time.perf_counter()
             await self.decider.tick()
             t1 = time.perf_counter()
             done = self.worker.completed
+            self.worker.claim_soon(key)
             await self.worker.tick()
             t2 = time.perf_counter()
             while self.worker.completed == done:  # noqa: ASYNC110 - the worker exposes a counter
                 await asyncio.sleep(0.0005)
             t3 = time.perf_counter()
+            self.decider.decide_now([key])
             await self.decider.tick()
             t4 = time.perf_counter()
             if keep:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.schema import Runs, RunStatus, WorkflowDefinitions, uuid7
+from legato.schema import Installation, Runs, RunStatus, Shards, WorkflowDefinitions, uuid7
 
 
 async def test_nul_bearing_payload_is_stored_without_the_nul(engine: AsyncEngine) -> None:
     run_id = uuid7()
     payload = {"na\x00me": "a\x00b", "items": ["\x00", {"deep\x00": "x\x00y"}]}
     async with engine.begin() as conn:
+        count = (await conn.execute(select(Installation.shard_count))).scalar_one()
         await conn.execute(
             insert(WorkflowDefinitions.table).values(
                 name="nul", version=1, spec={"doc": "s\x00pec"}, spec_hash="h"
@@ -24,6 +25,7 @@ async def test_nul_bearing_payload_is_stored_without_the_nul(engine: AsyncEngine
                 workflow_version=1,
                 status=RunStatus.RUNNING,
                 input=payload,
+                shard=Shards(count).of_run(run_id),
             )
         )
     async with engine.connect() as conn:
