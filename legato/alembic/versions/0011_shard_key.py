@@ -15,7 +15,7 @@ The queue triggers now say which key has work: the payload of a decide or tasks
 notification is the key (one notification per key a statement touched).
 
 Backfilling rewrites every run-scoped row: on a large database, run it in a quiet
-window (docs/operations.md, "Upgrading").
+window (docs/operations.md, "Upgrading to the shard key").
 
 Revision ID: 0011
 Revises: 0010
