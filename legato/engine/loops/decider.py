@@ -67,7 +67,7 @@ from legato.engine.repositories import (
 from legato.engine.timer_semantics import timer_row
 from legato.engine.transport import handoff
 from legato.engine.transport.handoff import LocalHandoff
-from legato.engine.transport.wakeups import Wakeups, payload_shard
+from legato.engine.transport.wakeups import Wakeups, payload_shard, payloads
 from legato.flow.spec import WorkflowSpec
 from legato.observability import hooks
 from legato.outages import one_line, traceback_at_debug
@@ -466,20 +466,12 @@ class DeciderLoop(Loop):
 
     async def run(self) -> None:
         """Listen on the decide channel for the keys with new work, then run the loop."""
-        subscribed = None
-        if self._wakeups is not None:
-            subscribed = await self._wakeups.subscribe(
-                self._decide_channel, on_payload=self._on_decide_payload
-            )
-        self._listening = True
-        try:
-            await super().run()
-        finally:
-            self._listening = False
-            if self._wakeups is not None and subscribed is not None:
-                await self._wakeups.unsubscribe(
-                    self._decide_channel, subscribed, self._on_decide_payload
-                )
+        async with payloads(self._wakeups, self._decide_channel, self._on_decide_payload):
+            self._listening = True
+            try:
+                await super().run()
+            finally:
+                self._listening = False
 
     def _on_decide_payload(self, payload: str) -> None:
         """A decide NOTIFY: the key it names has runs to decide (every held key when the

@@ -44,7 +44,7 @@ from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks, transactions
 from legato.engine.transport.handoff import Absorbed, LocalReports
-from legato.engine.transport.wakeups import Wakeups
+from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.flow import App, TaskDefinition
 from legato.observability import hooks
 from legato.outages import database_failure, is_database_error, traceback_at_debug
@@ -172,18 +172,12 @@ class Worker(Loop):
 
     async def run(self) -> None:
         """Listen on the tasks channel for the keys with new work, then run the loop."""
-        subscribed = None
-        if self._wakeups is not None:
-            subscribed = await self._wakeups.subscribe(
-                self._tasks_channel, on_payload=self._on_tasks_payload
-            )
-        self._listening = True
-        try:
-            await super().run()
-        finally:
-            self._listening = False
-            if self._wakeups is not None and subscribed is not None:
-                await self._wakeups.unsubscribe(self._tasks_channel, subscribed)
+        async with payloads(self._wakeups, self._tasks_channel, self._on_tasks_payload):
+            self._listening = True
+            try:
+                await super().run()
+            finally:
+                self._listening = False
 
     def _on_tasks_payload(self, payload: str) -> None:
         """A queue NOTIFY: its key (every held key for an empty or unparsable payload)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -159,3 +159,19 @@ class Wakeups:
                 await self._conn.close()
         self._conn = None
         self._listening.clear()
+
+
+@contextlib.asynccontextmanager
+async def payloads(
+    wakeups: Wakeups | None, channel: str, on_payload: Callable[[str], None]
+) -> AsyncIterator[None]:
+    """Within the block, ``on_payload`` hears each notification on ``channel`` (nothing
+    without ``wakeups``: the loop polls); a loop's ``run`` wraps its ticks in it."""
+    if wakeups is None:
+        yield
+        return
+    subscribed = await wakeups.subscribe(channel, on_payload=on_payload)
+    try:
+        yield
+    finally:
+        await wakeups.unsubscribe(channel, subscribed, on_payload)
