@@ -305,6 +305,7 @@ class Runtime:
             ttl=self.shard_lease,
             on_change=self._keys_changed,
             restarts=self.restarts,
+            wakeups=self.wakeups if self._listen_engine is not None else None,
         )
         self.shard_leases.append(lease)
         return lease

@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.db import create_engine
 from legato.engine.loops.shard_leases import DEFAULT_SHARD_TTL, ShardLease
 from legato.engine.loops.supervision import RestartPolicy
-from legato.engine.repositories import shard_owners
+from legato.engine.repositories import notify, shard_owners
+from legato.engine.transport.wakeups import Wakeups
 from legato.errors import ConfigurationError
 from legato.schema.shards import Shards
 from tests.helpers import eventually
@@ -189,3 +190,35 @@ async def test_an_outage_keeps_the_keys_until_the_lease_expires_then_none_then_r
     assert len(lapsed) == 1
     assert "sweeper s-1 renewed its lease" in caplog.messages
     assert not [r for r in caplog.records if "crashed" in r.getMessage()]
+
+
+async def test_a_joining_member_gets_its_share_at_once_when_the_members_listen(
+    engine: AsyncEngine,
+) -> None:
+    """With wake-ups, a round that changes the role (a member joins, gives keys up,
+    takes them, leaves) wakes the other members' rounds: with a lease of a minute a
+    member would otherwise wait 20 s for the holder's next round."""
+    minute = timedelta(seconds=60)
+    wakeups = Wakeups(engine)
+    try:
+        first = ShardLease(engine, "decider", "m-1", EIGHT, ttl=minute, wakeups=wakeups)
+        second = ShardLease(engine, "decider", "m-2", EIGHT, ttl=minute, wakeups=wakeups)
+        await first.start_round()
+        assert first.held() == tuple(range(8))
+        async with _running([first]):
+            await eventually(
+                lambda: wakeups.listens(notify.shard_owners_channel("legato")),
+                "the first member to listen",
+            )
+            async with _running([second]):
+                await eventually(
+                    lambda: _even([first, second]), "the two members to split the keys", timeout=10
+                )
+                second.stop()
+            await eventually(
+                lambda: first.held() == tuple(range(8)),
+                "the remaining member to take the leaver's keys",
+                timeout=10,
+            )
+    finally:
+        await wakeups.close()

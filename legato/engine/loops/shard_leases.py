@@ -33,9 +33,11 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.arguments import check_positive_seconds
+from legato.db import engine_schema
 from legato.engine.loops.supervision import Loop, RestartPolicy
-from legato.engine.repositories import shard_owners
+from legato.engine.repositories import notify, shard_owners
 from legato.engine.shard_share import describe
+from legato.engine.transport.wakeups import Wakeups
 from legato.errors import ConfigurationError
 from legato.outages import database_failure, is_database_error
 from legato.schema.shards import Shards
@@ -66,6 +68,7 @@ class ShardLease(Loop):
         ttl: timedelta = DEFAULT_SHARD_TTL,
         on_change: Callable[[Sequence[int]], None] | None = None,
         restarts: RestartPolicy | None = None,
+        wakeups: Wakeups | None = None,
     ) -> None:
         for option, value in (("role", role), ("owner", owner)):
             if not isinstance(value, str) or not value:
@@ -73,8 +76,14 @@ class ShardLease(Loop):
         if not isinstance(ttl, timedelta):
             raise ConfigurationError(f"ShardLease(ttl={ttl!r}) must be a timedelta")
         seconds = check_positive_seconds("ShardLease(ttl)", ttl.total_seconds())
+        # With ``wakeups``, a round that changed the role wakes its other members' rounds
+        # (a joining process gets its share in milliseconds, not a third of a lease).
+        self._announce = notify.shard_owners_channel(engine_schema(engine, "ShardLease"))
         super().__init__(
-            poll_interval=seconds / _RENEWALS_PER_TTL, wakeups=None, channel=None, restarts=restarts
+            poll_interval=seconds / _RENEWALS_PER_TTL,
+            wakeups=wakeups,
+            channel=self._announce if wakeups is not None else None,
+            restarts=restarts,
         )
         self.name = f"{role} shard lease"
         self.engine = engine
@@ -87,6 +96,7 @@ class ShardLease(Loop):
         self._deadline = 0.0  # time.monotonic() after which the keys are no longer held
         self._expired_warned = False
         self._round_lock = asyncio.Lock()
+        self._joined = False  # its first round announces it
 
     def held(self) -> Sequence[int]:
         """The keys held now, ascending; none once the lease could not be renewed in time."""
@@ -102,6 +112,9 @@ class ShardLease(Loop):
                 result = await shard_owners.rebalance_round(
                     conn, self.role, self.owner, self.shards.count, self.ttl
                 )
+                if not self._joined or tuple(sorted(result.shards)) != self._held:
+                    await notify.send(conn, self._announce, self.role)
+            self._joined = True
             self._deadline = started + self.ttl.total_seconds()
             if self._expired_warned:
                 log.info("%s %s renewed its lease", self.role, self.owner)
@@ -126,6 +139,7 @@ class ShardLease(Loop):
             try:
                 async with self.engine.begin() as conn:
                     await shard_owners.leave(conn, self.role, self.owner)
+                    await notify.send(conn, self._announce, self.role)
             except Exception as error:
                 if not is_database_error(error):
                     raise

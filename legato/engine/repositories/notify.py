@@ -34,6 +34,13 @@ def cancel_channel(schema: str) -> str:
     return f"{schema}_cancel_v1"
 
 
+def shard_owners_channel(schema: str) -> str:
+    """Raised by a shard lease round that changed a role's members or keys (a member
+    joined, left, gave keys up or took them), so the role's other members run their
+    rounds at once instead of a third of a lease later."""
+    return f"{schema}_shard_owners_v1"
+
+
 def events_channel(schema: str) -> str:
     """Raised by the run_events trigger with payload ``<run_id>:<seq>``."""
     return f"{schema}_events_v1"
@@ -43,9 +50,10 @@ async def send(conn: AsyncConnection, channel: str, payload: str = "") -> None:
     """NOTIFY ``channel`` with ``payload``, delivered when the transaction commits.
 
     Most wake-ups come from the queue tables' statement triggers (whose payload is the
-    shard key with new work); this is for the two that are not inserts into a queue:
-    the decider's cancelled attempts (cancel channel) and a stopping worker's released
-    leases (tasks channel, payload the key released: an empty payload wakes every key).
+    shard key with new work); this is for those that are not inserts into a queue:
+    the decider's cancelled attempts (cancel channel), a stopping worker's released
+    leases (tasks channel, payload the key released: an empty payload wakes every key),
+    and a shard lease round that changed its role (shard owners channel).
     """
     await conn.execute(select(func.pg_notify(channel, payload)))
 

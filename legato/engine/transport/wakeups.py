@@ -85,6 +85,10 @@ class Wakeups:
         await self.try_listening(log, f"cannot LISTEN on {channel} yet")
         return event
 
+    def listens(self, channel: str) -> bool:
+        """Whether ``channel`` is LISTENed on now (for tests and diagnostics)."""
+        return channel in self._listening
+
     async def try_listening(self, logger: logging.Logger, failure: str) -> None:
         """:meth:`ensure_listening` for a caller that polls anyway: a database error is
         logged as a warning starting with ``failure``, not raised."""
