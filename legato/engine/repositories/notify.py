@@ -38,7 +38,7 @@ def shard_owners_channel(schema: str) -> str:
     """Raised by a shard lease round that changed a role's members or keys (a member
     joined, left, gave keys up or took them), so the role's other members run their
     rounds at once instead of a third of a lease later."""
-    return f"{schema}_shard_owners_v1"
+    return f"{schema}_owners_v1"
 
 
 def events_channel(schema: str) -> str:
