@@ -114,10 +114,18 @@ $$""")
         "REFERENCING NEW TABLE AS appended "
         f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_run_event_v1()"
     )
-    # Work queued for a loop wakes it with no extra statement from whoever queued it:
-    # an insert into task_queue NOTIFYs the workers, an insert or update of
-    # decide_queue the deciders. Statement triggers: one notification per statement,
-    # and PostgreSQL folds identical notifications of one transaction.
+    create_queue_notify_triggers_v1(schema)
+    op.execute(f"SELECT {s}.ensure_partitions_v1()")
+
+
+def create_queue_notify_triggers_v1(schema: str) -> None:
+    """The queue wake-up triggers as 0001 created them (0011's downgrade restores them).
+
+    Work queued for a loop wakes it with no extra statement from whoever queued it:
+    an insert into task_queue NOTIFYs the workers, an insert or update of decide_queue
+    the deciders. Statement triggers: one notification per statement, and PostgreSQL
+    folds identical notifications of one transaction."""
+    s = _q(schema)
     for table, channel in (("task_queue", "tasks"), ("decide_queue", "decide")):
         op.execute(f"""
 CREATE FUNCTION {s}.{_q(f"notify_{table}_v1")}() RETURNS trigger
@@ -132,7 +140,6 @@ $$""")
             f"CREATE TRIGGER {_q(f'{table}_notify_v1')} AFTER {events} ON {s}.{_q(table)} "
             f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.{_q(f'notify_{table}_v1')}()"
         )
-    op.execute(f"SELECT {s}.ensure_partitions_v1()")
 
 
 def ensure_partitions_function(schema: str) -> str:

@@ -30,7 +30,12 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from legato.alembic.ddl_0001 import QUEUE_STORAGE, _literal_text, _q
+from legato.alembic.ddl_0001 import (
+    QUEUE_STORAGE,
+    _literal_text,
+    _q,
+    create_queue_notify_triggers_v1,
+)
 from legato.migrations import migration_schema, record_revision
 from legato.schema.shards import DEFAULT_SHARD_COUNT, check_shard_count
 
@@ -242,21 +247,9 @@ def downgrade() -> None:
     s = _q(schema)
     for trigger, table, _, _ in _TRIGGERS:
         op.execute(f"DROP TRIGGER {_q(trigger)} ON {s}.{_q(table)}")
-    for table, channel in (("task_queue", "tasks"), ("decide_queue", "decide")):
+    for table in ("task_queue", "decide_queue"):
         op.execute(f"DROP FUNCTION {s}.{_q(f'notify_{table}_v2')}()")
-        op.execute(f"""
-CREATE FUNCTION {s}.{_q(f"notify_{table}_v1")}() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_{channel}_v1', '');
-    RETURN NULL;
-END;
-$$""")
-        events = "INSERT" if table == "task_queue" else "INSERT OR UPDATE"
-        op.execute(
-            f"CREATE TRIGGER {_q(f'{table}_notify_v1')} AFTER {events} ON {s}.{_q(table)} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {s}.{_q(f'notify_{table}_v1')}()"
-        )
+    create_queue_notify_triggers_v1(schema)
     _replace_indexes(schema, _OLD_INDEXES)
     op.execute(f"DROP INDEX {s}.{_q(_NEW_ATTEMPT_INDEX)}")
     op.execute(
