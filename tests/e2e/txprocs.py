@@ -57,6 +57,7 @@ async def main(args: argparse.Namespace) -> None:
         args.database_url,
         args.concurrency,
         args.lease,
+        args.shard_lease,
     )
 
 
@@ -65,6 +66,10 @@ if __name__ == "__main__":
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--lease", type=float, default=1.0)
+    # Long enough that no victim loses its keys to a stall of a loaded machine between
+    # the test reading the shares and the victims claiming (the test removes the rows
+    # of the victims it killed itself).
+    parser.add_argument("--shard-lease", type=float, default=30.0)
     parser.add_argument("--kill-at")
     parser.add_argument("--marker-dir")
     logging.basicConfig(level=logging.WARNING)
