@@ -10,8 +10,9 @@ tests use the same plugin its users do, under the names below.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
@@ -21,6 +22,20 @@ from legato.testing.database import admin
 from legato.testing.database import database_url as _database_url
 
 pytest_plugins = ["legato.testing.plugin"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """Undo what an in-process ``legato`` command's ``configure_logging`` did to the root
+    logger: its handler writes to the test's captured stderr, which is closed after the
+    test, and a later test's loops would log into it ("I/O operation on closed file")."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    alembic_level = logging.getLogger("alembic").level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.getLogger("alembic").setLevel(alembic_level)
 
 
 @pytest.fixture(scope="session")

@@ -106,13 +106,13 @@ async def _queued(engine: AsyncEngine, shards: Shards, keys: Sequence[int]) -> d
 
 async def _states(engine: AsyncEngine) -> dict[uuid.UUID, TaskState]:
     async with engine.connect() as conn:
-        return dict((await conn.execute(select(Tasks.id, Tasks.state))).tuples().all())
+        return dict((await conn.execute(select(Tasks.id, Tasks.state))).all())
 
 
 async def _queue_rows(engine: AsyncEngine) -> dict[uuid.UUID, str | None]:
     async with engine.connect() as conn:
         rows = await conn.execute(select(TaskQueue.task_id, TaskQueue.lease_owner))
-        return dict(rows.tuples().all())
+        return dict(rows.all())
 
 
 @contextmanager
