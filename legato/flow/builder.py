@@ -33,9 +33,7 @@ from legato.flow.spec import (
     TaskNodeSpec,
     WorkflowSpec,
 )
-from legato.flow.spec import (
-    FailureInfo as FailureInfo,
-)
+from legato.flow.spec import FailureInfo as FailureInfo
 from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition
 from legato.limits import MAX_DURATION
 
@@ -130,9 +128,8 @@ def _case_label(value: JsonScalar) -> str:
 
 
 class ChildWorkflow(Protocol[In, Out_co]):
-    """What ``Flow.child`` needs of a workflow: a ``Workflow`` (``definition.py``,
-    which builds on this module) is one. Its function's types are the child's input
-    and output types."""
+    """What ``Flow.child`` needs of a workflow (``definition.Workflow``, built on this
+    module, is one): its function's types are the child's input and output types."""
 
     @property
     def name(self) -> str: ...
