@@ -10,9 +10,10 @@ request that started the run. Each decision batch is one ``legato.decide`` span.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import JsonValue
 
@@ -21,9 +22,30 @@ from legato.limits import describe_exception
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from legato.engine.repositories.task_queue import Claimed
 
 _SCOPE = "legato"
+
+
+class Claimed(Protocol):
+    """What an attempt's span reads of the attempt (``repositories.task_queue.Claimed``
+    is one)."""
+
+    @property
+    def run_id(self) -> uuid.UUID: ...
+    @property
+    def workflow_name(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def task_name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def trace_context(self) -> JsonValue: ...
 
 
 @cache

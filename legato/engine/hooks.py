@@ -1,4 +1,5 @@
-"""What the engine's loops call at each event: one place logs it, counts it and traces it.
+"""What the engine's loops call at each event: one place logs it, counts it and traces it
+(with the instruments of ``legato.observability``, which know nothing of the engine).
 
 Each event is one log record whose ``extra`` carries the attempt's context
 (``legato.observability.logs.CONTEXT_FIELDS``):
