@@ -31,16 +31,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.engine.repositories import outbox
 from legato.engine.repositories.outbox import Delivery, Endpoint
 from legato.errors import InvalidWebhook, WebhookNotFound
-from legato.webhook_signature import (
-    DEFAULT_TOLERANCE,
-    EVENT_ID_HEADER,
-    EVENT_TYPE_HEADER,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    EventType,
-    sign,
-    verify,
-)
+from legato.webhook_signature import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE
+from legato.webhook_signature import EVENT_ID_HEADER as EVENT_ID_HEADER
+from legato.webhook_signature import EVENT_TYPE_HEADER as EVENT_TYPE_HEADER
+from legato.webhook_signature import SIGNATURE_HEADER as SIGNATURE_HEADER
+from legato.webhook_signature import TIMESTAMP_HEADER as TIMESTAMP_HEADER
+from legato.webhook_signature import EventType, sign, verify
 
 MAX_URL_CHARS = 2048
 
