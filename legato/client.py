@@ -88,10 +88,12 @@ from legato.models import (
     QuarantinedRun,
     RunDetails,
     RunPage,
+    run_failed,
+)
+from legato.models_from_rows import (
     attempt_from_row,
     event_from_row,
     quarantined_from_row,
-    run_failed,
     run_from_row,
 )
 from legato.observability import tracing

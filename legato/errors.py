@@ -6,11 +6,9 @@ docs/api.md lists them all: when each is raised and what to do about it.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from legato.models import NodeFailure
-    from legato.schema.enums import RunStatus
+from legato.enums import RunStatus, TaskState
 
 
 class LegatoError(Exception):
@@ -102,6 +100,24 @@ class RunNotFound(LegatoError):
 
 class RunFinished(LegatoError):
     """The run has already finished, so it cannot be signalled or cancelled."""
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """What failed a run (``RunFailed.error``): the error, and the node attempt it ended.
+
+    ``state`` tells a failure (FAILED) from a timeout (TIMED_OUT) or a cancelled node
+    (CANCELLED) without reading the message. ``node_id``, ``iteration``, ``attempt`` and
+    ``state`` are None when no node failed (the output node was skipped)."""
+
+    type: str
+    message: str
+    node_id: str | None
+    iteration: int | None
+    attempt: int | None
+    state: TaskState | None
+    retryable: bool
+    traceback: str | None
 
 
 class RunFailed(LegatoError):

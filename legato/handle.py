@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import JsonValue
 
 from legato.errors import InvalidOutput
 from legato.flow import InputValidationError, Workflow
 
-if TYPE_CHECKING:
-    from legato.client import Client
-
 Out = TypeVar("Out")
+
+
+class RunResults(Protocol):
+    """What a handle needs of its ``Client``: the wait for a run's JSON result."""
+
+    async def result(self, run_id: uuid.UUID, timeout: float | None = None) -> JsonValue: ...
 
 
 class RunHandle(Generic[Out]):
     """A started run: its id, and a typed wait for its result."""
 
-    def __init__(self, client: Client, run_id: uuid.UUID, workflow: Workflow[Any, Out] | None):
+    def __init__(self, client: RunResults, run_id: uuid.UUID, workflow: Workflow[Any, Out] | None):
         self.client = client
         self.run_id = run_id
         self._workflow = workflow

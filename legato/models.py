@@ -1,8 +1,10 @@
 """What ``Client`` returns when it reads runs: plain, frozen read models.
 
 They are defined here, at the client boundary, and built from the repositories' row
-types by the ``from_row`` functions below, so a column added to a table (or a row type
-reshaped for the decider) is not a change of the public API.
+types in one place, ``legato.models_from_rows``, so a column added to a table (or a row
+type reshaped for the decider) is not a change of the public API. This module imports
+nothing from the engine; ``NodeFailure`` (``RunFailed.error``) is defined with the
+error in ``legato.errors``.
 """
 
 from __future__ import annotations
@@ -15,15 +17,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import JsonValue
 
-from legato.engine.decider.model import FINAL_EVENT_TYPES
+from legato.enums import FINAL_EVENT_TYPES, NodeKind, RunStatus, TaskState
+from legato.errors import NodeFailure as NodeFailure
 from legato.errors import RunFailed
-from legato.schema.enums import NodeKind, RunStatus, TaskState
 
 if TYPE_CHECKING:
-    from legato.engine.repositories.decide_queue import QuarantinedRun as QuarantinedRow
-    from legato.engine.repositories.run_events import HistoryEvent as EventRow
-    from legato.engine.repositories.runs import RunRow
-    from legato.engine.repositories.tasks import TaskRow
     from legato.schema.values import TaskError
 
 # A run's last events: one of them ends every history whose run finished normally.
@@ -127,81 +125,10 @@ class QuarantinedRun:
     last_error: str | None
 
 
-@dataclass(frozen=True)
-class NodeFailure:
-    """What failed a run (``RunFailed.error``): the error, and the node attempt it ended.
-
-    ``state`` tells a failure (FAILED) from a timeout (TIMED_OUT) or a cancelled node
-    (CANCELLED) without reading the message. ``node_id``, ``iteration``, ``attempt`` and
-    ``state`` are None when no node failed (the output node was skipped)."""
-
-    type: str
-    message: str
-    node_id: str | None
-    iteration: int | None
-    attempt: int | None
-    state: TaskState | None
-    retryable: bool
-    traceback: str | None
-
-
 def error_info(error: TaskError | None) -> ErrorInfo | None:
     if error is None:
         return None
     return ErrorInfo(error.type, error.message, error.retryable, error.traceback)
-
-
-def run_from_row(row: RunRow) -> Run:
-    return Run(
-        id=row.id,
-        workflow_name=row.workflow_name,
-        workflow_version=row.workflow_version,
-        status=row.status,
-        input=row.input,
-        output=row.output,
-        error=error_info(row.error),
-        parent_run_id=row.parent_run_id,
-        cancel_requested=row.cancel_requested,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
-    )
-
-
-def attempt_from_row(row: TaskRow) -> Attempt:
-    return Attempt(
-        task_id=row.task_id,
-        node_id=row.node_id,
-        iteration=row.iteration,
-        attempt=row.attempt,
-        kind=row.kind,
-        state=row.state,
-        task_name=row.task_name,
-        queue=row.queue,
-        output=row.output,
-        error=error_info(row.error),
-        observed=row.observed,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-    )
-
-
-def event_from_row(row: EventRow) -> HistoryEvent:
-    return HistoryEvent(
-        seq=row.seq,
-        type=row.type,
-        node_id=row.node_id,
-        iteration=row.iteration,
-        attempt=row.attempt,
-        data=row.data,
-        created_at=row.created_at,
-    )
-
-
-def quarantined_from_row(row: QuarantinedRow) -> QuarantinedRun:
-    return QuarantinedRun(
-        row.run_id, row.workflow_name, row.failures, row.quarantined_at, row.last_error
-    )
 
 
 class RecordedEvent(Protocol):

@@ -47,6 +47,7 @@ from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.maintenance import MaintenanceLoop
 from legato.engine.loops.relay import RelayLoop, RelaySettings
+from legato.engine.loops.sampler import BacklogSampler
 from legato.engine.loops.schedules import ScheduleLoop
 from legato.engine.loops.shard_leases import DEFAULT_SHARD_TTL, ShardLease
 from legato.engine.loops.supervision import Loop, RestartPolicy
@@ -58,7 +59,6 @@ from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
 from legato.limits import check_name
 from legato.observability import metrics
-from legato.observability.sampler import BacklogSampler
 from legato.outages import as_unavailable, database_failure, is_database_error, one_line
 from legato.schema import Shards
 

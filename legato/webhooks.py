@@ -23,27 +23,21 @@ A receiver calls :func:`verify` on the raw body before trusting it::
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from enum import StrEnum
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
-from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.repositories import outbox
 from legato.engine.repositories.outbox import Delivery, Endpoint
-from legato.errors import InvalidSignature, InvalidWebhook, WebhookNotFound
+from legato.errors import InvalidWebhook, WebhookNotFound
+from legato.webhook_signature import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE
+from legato.webhook_signature import EVENT_ID_HEADER as EVENT_ID_HEADER
+from legato.webhook_signature import EVENT_TYPE_HEADER as EVENT_TYPE_HEADER
+from legato.webhook_signature import SIGNATURE_HEADER as SIGNATURE_HEADER
+from legato.webhook_signature import TIMESTAMP_HEADER as TIMESTAMP_HEADER
+from legato.webhook_signature import EventType, sign, verify
 
-EVENT_ID_HEADER = "Legato-Event-Id"
-EVENT_TYPE_HEADER = "Legato-Event-Type"
-TIMESTAMP_HEADER = "Legato-Timestamp"
-SIGNATURE_HEADER = "Legato-Signature"
-SIGNATURE_VERSION = "v1"
-DEFAULT_TOLERANCE = 300.0  # seconds a signed request stays acceptable
 MAX_URL_CHARS = 2048
 
 __all__ = [
@@ -64,68 +58,6 @@ __all__ = [
     "sign",
     "verify",
 ]
-
-
-class EventType(StrEnum):
-    """The run lifecycle events an endpoint can subscribe to."""
-
-    STARTED = "run.started"  # the run's first decision
-    SUCCEEDED = "run.succeeded"
-    FAILED = "run.failed"
-    CANCELLED = "run.cancelled"
-    TIMED_OUT = "run.timed_out"  # finished TIMED_OUT: its workflow's execution_timeout passed
-    QUARANTINED = "run.quarantined"  # its decisions kept failing; parked until resumed
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The ``Legato-Signature`` value of ``body`` signed at ``timestamp``."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
-
-
-def verify(
-    secret: str,
-    body: bytes | str,
-    headers: Mapping[str, str],
-    *,
-    tolerance: float = DEFAULT_TOLERANCE,
-    now: float | None = None,
-) -> dict[str, JsonValue]:
-    """The event of a webhook request, once its signature proves it was sent with
-    ``secret`` within ``tolerance`` seconds of ``now`` (default: the clock).
-
-    ``body`` is the raw request body, exactly as received (not re-serialized JSON);
-    ``headers`` any mapping of header names (matched case-insensitively) to values.
-    Raises ``InvalidSignature`` for a missing or wrong signature or a stale timestamp.
-    """
-    raw = body.encode() if isinstance(body, str) else body
-    given = {name.lower(): value for name, value in headers.items()}
-    stamp = given.get(TIMESTAMP_HEADER.lower())
-    signature = given.get(SIGNATURE_HEADER.lower())
-    if stamp is None or signature is None:
-        raise InvalidSignature(
-            f"the request has no {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header: "
-            "it was not sent by the Legato relay"
-        )
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        raise InvalidSignature(f"{TIMESTAMP_HEADER} {stamp[:40]!r} is not Unix seconds") from None
-    age = (time.time() if now is None else now) - timestamp
-    if abs(age) > tolerance:
-        raise InvalidSignature(
-            f"{TIMESTAMP_HEADER} is {age:.0f}s away from now (tolerance {tolerance:.0f}s): "
-            "a replayed request, or a clock out of sync"
-        )
-    if not hmac.compare_digest(sign(secret, timestamp, raw), signature.strip()):
-        raise InvalidSignature(
-            f"{SIGNATURE_HEADER} does not match the body: a different secret, or a body "
-            "changed after signing (verify the raw bytes received)"
-        )
-    event = json.loads(raw)
-    if not isinstance(event, dict):
-        raise InvalidSignature("the signed body is not a JSON object")
-    return event
 
 
 def check_endpoint(

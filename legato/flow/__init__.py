@@ -26,11 +26,8 @@ from legato.flow.spec import (
     WorkflowSpec,
     resolve_version,
 )
+from legato.flow.task_options import Cache, Concurrency, RateLimit, Retry
 from legato.flow.tasks import (
-    Cache,
-    Concurrency,
-    RateLimit,
-    Retry,
     Task0,
     Task1,
     Task2,

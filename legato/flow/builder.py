@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
@@ -33,18 +33,14 @@ from legato.flow.spec import (
     TaskNodeSpec,
     WorkflowSpec,
 )
-from legato.flow.spec import (
-    FailureInfo as FailureInfo,
-)
+from legato.flow.spec import FailureInfo as FailureInfo
 from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition
 from legato.limits import MAX_DURATION
-
-if TYPE_CHECKING:
-    from legato.flow.definition import Workflow, WorkflowDefinition
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 In = TypeVar("In")
+Out_co = TypeVar("Out_co", covariant=True)
 V = TypeVar("V")
 E = TypeVar("E")
 R = TypeVar("R")
@@ -131,6 +127,18 @@ def _case_label(value: JsonScalar) -> str:
     return "case:" + TypeAdapter[JsonScalar](JsonScalar).dump_json(value).decode()
 
 
+class ChildWorkflow(Protocol[In, Out_co]):
+    """What ``Flow.child`` needs of a workflow (``definition.Workflow``, built on this
+    module, is one): its function's types are the child's input and output types."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def output_type(self) -> object: ...
+    @property
+    def fn(self) -> Callable[[Flow[In]], Node[Out_co]]: ...
+
+
 class Flow(Generic[In]):
     """The builder a workflow function receives; ``flow.input`` is the run's input."""
 
@@ -141,7 +149,7 @@ class Flow(Generic[In]):
         self._ids: set[str] = set()
         self._guards: list[GuardSpec] = []
         self._tasks: dict[str, TaskDefinition] = {}
-        self._children: dict[str, WorkflowDefinition] = {}
+        self._children: dict[str, ChildWorkflow[Any, Any]] = {}
         self._on_failure: TaskDefinition | None = None
         self._event_models: dict[str, list[object]] = {}
         self._input: Node[In] = Node(self._erased(), INPUT_NODE_ID, input_type)
@@ -450,7 +458,7 @@ class Flow(Generic[In]):
 
     def child(
         self,
-        workflow: Workflow[A1, R],
+        workflow: ChildWorkflow[A1, R],
         input: Node[A1],
         *,
         name: str | None = None,

@@ -70,7 +70,10 @@ class WorkflowDefinition:
         # Declared with Workflow.schedule; deploying the workflow deploys exactly these.
         self.schedules: dict[str, Schedule] = {}
         self.tasks: Mapping[str, TaskDefinition] = dict(flow._tasks)
-        self.children: Mapping[str, WorkflowDefinition] = dict(flow._children)
+        # Flow.child is given Workflow instances; the builder sees them as ChildWorkflow.
+        self.children: Mapping[str, WorkflowDefinition] = {
+            child: typing.cast(WorkflowDefinition, wf) for child, wf in flow._children.items()
+        }
         self._events: Mapping[str, list[object]] = dict(flow._event_models)
         self._input = adapter_for(self.input_type)
         self._output = adapter_for(self.output_type)

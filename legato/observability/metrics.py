@@ -17,17 +17,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from legato.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from legato.engine.repositories.stats import Backlog
 
 # Latency buckets in seconds: from a hot wake-up (~ms) to a task of minutes.
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Backlog(Protocol):
+    """A queue's backlog as the gauges read it (``repositories.stats.Backlog`` is one)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def depth(self) -> int: ...
+    def oldest_age(self, now: datetime) -> float: ...
 
 
 class Recorder:

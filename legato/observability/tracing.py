@@ -10,7 +10,7 @@ request that started the run. Each decision batch is one ``legato.decide`` span.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,6 @@ from legato.limits import describe_exception
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from legato.engine.repositories.task_queue import Claimed
 
 _SCOPE = "legato"
 
@@ -55,39 +54,29 @@ def capture() -> JsonValue:
     return dict(carrier) if carrier else None
 
 
-def attempt_attributes(item: Claimed) -> dict[str, Any]:
-    return {
-        "legato.run_id": str(item.run_id),
-        "legato.workflow": item.workflow_name,
-        "legato.node": item.node_id,
-        "legato.iteration": item.iteration,
-        "legato.attempt": item.attempt,
-        "legato.task": item.task_name,
-        "legato.queue": item.queue,
-    }
-
-
 @contextlib.contextmanager
-def attempt_span(item: Claimed) -> Iterator[Span | None]:
-    """The current span while an attempt runs, a child of the run starter's context;
-    the task's own spans nest under it. Exceptions are recorded and re-raised."""
+def attempt_span(
+    task_name: str, trace_context: JsonValue, attributes: Callable[[], dict[str, Any]]
+) -> Iterator[Span | None]:
+    """The current span while an attempt of ``task_name`` runs, a child of the run
+    starter's ``trace_context``; the task's own spans nest under it. ``attributes`` is
+    called only when there is a span to make. Exceptions are recorded and re-raised."""
     if not _otel():
         yield None
         return
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind
 
-    carrier = item.trace_context
-    parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+    parent = propagate.extract(trace_context) if isinstance(trace_context, dict) else None
     from opentelemetry.trace import Status, StatusCode
 
     # The SDK's own exception recording calls str() on the exception, which a task's
     # exception may make raise; record it with a description that cannot.
     with _tracer().start_as_current_span(
-        f"legato.attempt {item.task_name}",
+        f"legato.attempt {task_name}",
         context=parent,
         kind=SpanKind.CONSUMER,
-        attributes=attempt_attributes(item),
+        attributes=attributes(),
         record_exception=False,
         set_status_on_exception=False,
     ) as span:

@@ -33,8 +33,8 @@ from starlette.staticfiles import StaticFiles
 
 from legato.arguments import as_run_id
 from legato.client import Client
-from legato.engine.decider.model import FINAL_EVENT_TYPES
 from legato.engine.repositories import definitions, stats, ui_queries
+from legato.enums import FINAL_EVENT_TYPES
 from legato.errors import (
     InvalidArgument,
     InvalidInput,

@@ -26,9 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, NodeKind, RunFailed, Runtime, workflow
 from legato.cli import main
+from legato.engine.loops.sampler import BacklogSampler
 from legato.engine.repositories import decide_queue, stats
 from legato.observability import disable_metrics, enable_metrics
-from legato.observability.sampler import BacklogSampler
 from legato.runtime import Roles
 from legato.schema import DEFAULT_SHARD_COUNT, Shards
 from tests.integration.observed_flows import app, echo, echo_flow, refuse_flow

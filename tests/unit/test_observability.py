@@ -20,10 +20,10 @@ from legato.engine.decider.model import (
     RunSnapshot,
     TaskRecord,
 )
+from legato.engine.hooks import decision_facts
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.stats import Backlog
 from legato.observability import JsonFormatter, PrometheusRecorder, recorder
-from legato.observability.hooks import decision_facts
 from legato.schema import NodeKind, RunStatus, TaskState
 from tests.integration.observed_flows import refuse_flow
 

@@ -34,12 +34,8 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from legato.schema.enums import NodeKind, RunStatus, TaskState, TimerKind
+from legato.enums import NodeKind, RunStatus, TaskState, TimerKind
 from legato.schema.values import TaskError as TaskError
-
-# The history event types that end a run: the last event of every finished run is one.
-FINAL_EVENT_TYPES = frozenset({"run_succeeded", "run_failed", "run_cancelled", "run_timed_out"})
-
 
 # Plain frozen values, not pydantic models: the decider builds them from typed values
 # and they never cross a trust boundary, so validating every construction (as a

@@ -29,7 +29,7 @@ from legato.flow.spec import (
 from legato.schema.enums import NodeKind, TaskState, TimerKind
 
 if TYPE_CHECKING:
-    from legato.engine.decider.decide import Decision
+    from legato.engine.decider.decision import Decision
 
 
 def _json_equal(a: JsonValue, b: JsonScalar) -> bool:

@@ -28,6 +28,7 @@ from typing import assert_never
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato.engine import hooks
 from legato.engine.decider.backoff import exponential
 from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
@@ -69,7 +70,6 @@ from legato.engine.transport import handoff
 from legato.engine.transport.handoff import LocalHandoff
 from legato.engine.transport.wakeups import Wakeups, payload_shard, payloads
 from legato.flow.spec import WorkflowSpec
-from legato.observability import hooks
 from legato.outages import one_line, traceback_at_debug
 from legato.schema import RunStatus, Shards, TaskState
 

@@ -43,7 +43,7 @@ from legato.engine.repositories import outbox
 from legato.errors import ConfigurationError
 from legato.outages import is_database_error, one_line
 from legato.schema import RunStatus, Shards, uuid7
-from legato.webhooks import (
+from legato.webhook_signature import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
     SIGNATURE_HEADER,

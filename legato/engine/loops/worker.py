@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.arguments import check_bytes, check_count
 from legato.context import TaskCancelled, TaskContext
 from legato.db import engine_schema
-from legato.engine import output_cache
+from legato.engine import hooks, output_cache
 from legato.engine.admission import Admission
 from legato.engine.attempts import error_of, output_error
 from legato.engine.decider.model import TaskError
@@ -46,7 +46,6 @@ from legato.engine.repositories import notify, task_queue, tasks, transactions
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.flow import App, TaskDefinition
-from legato.observability import hooks
 from legato.outages import database_failure, is_database_error, traceback_at_debug
 from legato.schema import Shards, TaskState
 

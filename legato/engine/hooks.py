@@ -1,4 +1,5 @@
-"""What the engine's loops call at each event: one place logs it, counts it and traces it.
+"""What the engine's loops call at each event: one place logs it, counts it and traces it
+(with the instruments of ``legato.observability``, which know nothing of the engine).
 
 Each event is one log record whose ``extra`` carries the attempt's context
 (``legato.observability.logs.CONTEXT_FIELDS``):
@@ -21,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from legato.engine.decider.model import (
     Action,
@@ -81,7 +82,7 @@ async def observed_attempt(item: Claimed, invocation: Awaitable[T]) -> T:
         extra=context,
     )
     began = time.monotonic()
-    with tracing.attempt_span(item):
+    with tracing.attempt_span(item.task_name, item.trace_context, lambda: span_attributes(item)):
         try:
             result = await invocation
         except asyncio.CancelledError:
@@ -285,3 +286,16 @@ def decision_batch_failed(runs: int, started_ns: int) -> None:
     tracing.decision_span(runs, started_ns, failed=True)
     if runs > 1:
         decider_log.info("deciding %d runs together failed; retrying one by one", runs)
+
+
+def span_attributes(item: Claimed) -> dict[str, Any]:
+    """The attributes of an attempt's span (``tracing.attempt_span``)."""
+    return {
+        "legato.run_id": str(item.run_id),
+        "legato.workflow": item.workflow_name,
+        "legato.node": item.node_id,
+        "legato.iteration": item.iteration,
+        "legato.attempt": item.attempt,
+        "legato.task": item.task_name,
+        "legato.queue": item.queue,
+    }

@@ -1,41 +1,17 @@
-"""The deploy check: can every run in flight finish with the new code?
-
-A run keeps the workflow version it started on: the decider walks that version's stored
-spec, while the workers that run its tasks, and the clients that signal it, load the new
-app. ``check_deploy(engine, app)`` reads every RUNNING run (quarantined ones included),
-and for each node its version may still run (not completed, not skipped, not on a switch
-case already passed over) asks the new app:
-
-* **tasks** (task and map nodes, the failure handler): the task exists, on the queue the
-  version's spec queues its attempts on, with as many inputs as the node passes, each
-  accepting the value it will get — a value the run has stored (the run's input, a
-  completed node's output, a buffered signal) is validated with the new model; a value
-  still to be produced (by a task, an event, a child run of the new code) is compared
-  as JSON schemas (:mod:`legato.schema_compat`);
-* **events** (open and future waits): the new workflow still waits for the event (a
-  client with the new app refuses a signal it does not wait for), its models accept
-  what the version's stored payload schema accepted, and the signals already buffered;
-* **child workflows**: the new app has the workflow (child runs start the deployed
-  version) and its input model accepts what the node will pass.
-
-Each reason comes back once per version, with how many runs it strands. Everything but
-:func:`check_deploy` is pure.
-"""
+"""One stored version's checks against the new app: for each node a run of it may still
+run, whether the new code has what the node needs and accepts what it will pass (see
+the package docstring). Pure."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import check_database, engine_schema
-from legato.engine.repositories import definitions, in_flight
-from legato.errors import InvalidArgument
+from legato.deploy_check.report import Finding, RiskKind, RunState
+from legato.enums import TaskState
 from legato.flow import App, WorkflowDefinition
 from legato.flow.spec import (
     HANDLER_NODE_ID,
@@ -52,112 +28,9 @@ from legato.flow.spec import (
     WorkflowSpec,
 )
 from legato.flow.tasks import adapter_for
-from legato.schema.enums import TaskState
 from legato.schema_compat import accepted_schema, incompatibilities, produced_schema
 
-RiskKind = Literal["task", "map", "handler", "event", "child"]
-EXAMPLE_RUNS = 5
 MAX_ELEMENTS = 100  # a map's stored elements validated per run
-PAGE_SIZE = 500
-
-
-@dataclass(frozen=True)
-class Risk:
-    """One reason some runs of a version would be stranded by the new code.
-
-    ``node`` is the node of the version's spec (``$on_failure`` for the failure
-    handler), ``kind`` what it needs of the new app (a task, an event's models, a child
-    workflow), ``name`` the task, event or workflow name, ``runs`` how many runs in
-    flight it strands and ``run_ids`` up to five of them.
-    """
-
-    node: str
-    kind: RiskKind
-    name: str
-    reason: str
-    runs: int
-    run_ids: tuple[uuid.UUID, ...]
-
-    def to_json(self) -> dict[str, JsonValue]:
-        return {
-            "node": self.node,
-            "kind": self.kind,
-            "name": self.name,
-            "reason": self.reason,
-            "runs": self.runs,
-            "run_ids": [str(run_id) for run_id in self.run_ids],
-        }
-
-
-@dataclass(frozen=True)
-class VersionReport:
-    """One workflow version with runs in flight: how many, how many the new code would
-    strand (``runs_at_risk``), and why (``risks``)."""
-
-    workflow: str
-    version: int
-    runs_in_flight: int
-    quarantined: int
-    runs_at_risk: int
-    risks: tuple[Risk, ...]
-
-    def to_json(self) -> dict[str, JsonValue]:
-        return {
-            "workflow": self.workflow,
-            "version": self.version,
-            "runs_in_flight": self.runs_in_flight,
-            "quarantined": self.quarantined,
-            "runs_at_risk": self.runs_at_risk,
-            "risks": [risk.to_json() for risk in self.risks],
-        }
-
-
-@dataclass(frozen=True)
-class DeployReport:
-    """Every workflow version with runs in flight, by name then version; ``ok`` when the
-    new code strands none of them."""
-
-    versions: tuple[VersionReport, ...]
-
-    @property
-    def ok(self) -> bool:
-        return self.runs_at_risk == 0
-
-    @property
-    def runs_in_flight(self) -> int:
-        return sum(v.runs_in_flight for v in self.versions)
-
-    @property
-    def runs_at_risk(self) -> int:
-        return sum(v.runs_at_risk for v in self.versions)
-
-    def to_json(self) -> dict[str, JsonValue]:
-        return {
-            "ok": self.ok,
-            "runs_in_flight": self.runs_in_flight,
-            "runs_at_risk": self.runs_at_risk,
-            "versions": [version.to_json() for version in self.versions],
-        }
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One reason one run would be stranded (what :class:`Risk` counts)."""
-
-    node: str
-    kind: RiskKind
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class RunState:
-    """What a run has stored: its input, each node's latest row ``(state, output)`` by
-    (node id, iteration), and its unconsumed signals ``(name, payload)``, oldest first."""
-
-    input: JsonValue
-    rows: Mapping[tuple[str, int], tuple[TaskState, JsonValue]]
-    signals: Sequence[tuple[str, JsonValue]] = ()
 
 
 # -- the value each node passes on ------------------------------------------------------
@@ -500,146 +373,3 @@ def _first_error(error: ValidationError) -> str:
     count = error.error_count()
     more = f" (and {count - 1} more)" if count > 1 else ""
     return f"{where}: {first['msg']}{more}"
-
-
-# -- counting runs into a report --------------------------------------------------------
-
-
-@dataclass
-class _Tally:
-    runs: int = 0
-    quarantined: int = 0
-    at_risk: int = 0
-    risks: dict[Finding, list[uuid.UUID]] = field(default_factory=dict)
-    counts: dict[Finding, int] = field(default_factory=dict)
-
-    def add(self, run_id: uuid.UUID, quarantined: bool, findings: Iterable[Finding]) -> None:
-        self.runs += 1
-        self.quarantined += quarantined
-        found = list(findings)
-        self.at_risk += bool(found)
-        for finding in found:
-            examples = self.risks.setdefault(finding, [])
-            if len(examples) < EXAMPLE_RUNS:
-                examples.append(run_id)
-            self.counts[finding] = self.counts.get(finding, 0) + 1
-
-    def report(self, workflow: str, version: int) -> VersionReport:
-        risks = tuple(
-            Risk(f.node, f.kind, f.name, f.reason, self.counts[f], tuple(run_ids))
-            for f, run_ids in self.risks.items()
-        )
-        return VersionReport(workflow, version, self.runs, self.quarantined, self.at_risk, risks)
-
-
-class Assessment:
-    """Runs in flight, added one by one, counted per version into a :class:`DeployReport`.
-
-    ``spec_of(name, version)`` gives a version's stored spec (None when it cannot be read:
-    every run of that version is then at risk)."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self._checks: dict[tuple[str, int], VersionCheck | None] = {}
-        self._tallies: dict[tuple[str, int], _Tally] = {}
-
-    def needs_spec(self, workflow: str, version: int) -> bool:
-        return (workflow, version) not in self._checks
-
-    def add_spec(self, workflow: str, version: int, spec: WorkflowSpec | None) -> None:
-        self._checks[(workflow, version)] = None if spec is None else VersionCheck(spec, self.app)
-
-    def add_run(
-        self, run_id: uuid.UUID, workflow: str, version: int, quarantined: bool, run: RunState
-    ) -> None:
-        check = self._checks[(workflow, version)]
-        findings = (
-            check.assess(run)
-            if check is not None
-            else [
-                Finding(
-                    INPUT_NODE_ID,
-                    "task",
-                    workflow,
-                    f"the stored spec of {workflow!r} v{version} cannot be read by this Legato",
-                )
-            ]
-        )
-        self._tallies.setdefault((workflow, version), _Tally()).add(run_id, quarantined, findings)
-
-    @cached_property
-    def report(self) -> DeployReport:
-        return DeployReport(tuple(self._tallies[key].report(*key) for key in sorted(self._tallies)))
-
-
-# -- reading the database ---------------------------------------------------------------
-
-
-async def check_deploy(
-    engine: AsyncEngine, app: App, *, page_size: int = PAGE_SIZE
-) -> DeployReport:
-    """Whether every run in flight (RUNNING, quarantined included) could finish if
-    ``app`` replaced the code that runs it; see the module's docstring for what is
-    checked. Reads only, a page of ``page_size`` runs per transaction.
-
-    Raises ``InvalidArgument`` when ``app`` is not an ``App`` and
-    ``IncompatibleDatabase`` when the schema is not migrated to this package's head.
-    """
-    if not isinstance(app, App):
-        raise InvalidArgument(f"check_deploy() takes a legato.App, not {app!r}")
-    if (
-        isinstance(page_size, bool)
-        or not isinstance(page_size, int)
-        or not 1 <= page_size <= 10_000
-    ):
-        raise InvalidArgument(f"page_size must be an int from 1 to 10000, not {page_size!r}")
-    schema = engine_schema(engine, "check_deploy")
-    assessment = Assessment(app)
-    async with engine.connect() as conn:
-        await check_database(conn, schema)
-        await conn.commit()
-        after: uuid.UUID | None = None
-        while True:
-            async with conn.begin():
-                page = await in_flight.running_page(conn, after, page_size)
-                if not page:
-                    break
-                progress = await in_flight.progress(conn, [r.run_id for r in page])
-                for run in page:
-                    key = (run.workflow_name, run.workflow_version)
-                    if assessment.needs_spec(*key):
-                        stored = await definitions.load_spec(conn, *key)
-                        assessment.add_spec(*key, _spec(stored))
-                    state = progress[run.run_id]
-                    assessment.add_run(
-                        run.run_id,
-                        run.workflow_name,
-                        run.workflow_version,
-                        run.quarantined,
-                        RunState(
-                            run.input,
-                            {k: (row.state, row.output) for k, row in state.rows.items()},
-                            state.signals,
-                        ),
-                    )
-            after = page[-1].run_id
-    return assessment.report
-
-
-def _spec(stored: JsonValue) -> WorkflowSpec | None:
-    try:
-        return WorkflowSpec.model_validate(stored)
-    except (ValidationError, ValueError):
-        return None
-
-
-__all__ = [
-    "Assessment",
-    "DeployReport",
-    "Finding",
-    "Risk",
-    "RunState",
-    "VersionCheck",
-    "VersionReport",
-    "check_deploy",
-]
