@@ -18,7 +18,7 @@ from legato.schema import DecideQueue, Runs, TaskQueue, Tasks
 from tests.e2e import handoff_flows
 from tests.helpers import count_rows, eventually, started_processes
 
-MAX_RUNS = 300
+MAX_RUNS = 600
 
 
 def _handed(path: Path) -> int:
@@ -47,13 +47,16 @@ async def test_kill_9_mid_hand_offs_then_another_process_finishes_every_run(
             assert await first.result(timeout=60) == 3  # the victim is up
             # Then runs arrive one by one, as at low load, where decisions hand off (a
             # burst saturates the worker and leaves the attempts to its claim), until
-            # the victim has handed off 30 attempts; it is killed with more in flight.
+            # the victim has handed off 30 attempts; it is killed with more in flight:
+            # runs go on arriving until attempts are seen running (a loaded machine may
+            # take a while to decide the last ones), and the kill follows that read.
             handles = [first]
             while _handed(handed_file) < 30:
                 assert len(handles) < MAX_RUNS, "the victim hands off nothing"
                 handles.append(await client.start(handoff_flows.three_steps, len(handles)))
                 await asyncio.sleep(0.01)
-            for _ in range(5):
+            while await _running_attempts(engine) < 2:
+                assert len(handles) < MAX_RUNS, "no attempt of the victim is seen running"
                 handles.append(await client.start(handoff_flows.three_steps, len(handles)))
             assert victim.poll() is None
             victim.send_signal(signal.SIGKILL)
@@ -97,6 +100,10 @@ async def test_kill_9_mid_hand_offs_then_another_process_finishes_every_run(
     assert {error.type for error in lost if error is not None} == {"LeaseExpired"}
     assert await count_rows(engine, TaskQueue) == 0
     assert await count_rows(engine, DecideQueue) == 0
+
+
+async def _running_attempts(engine: AsyncEngine) -> int:
+    return await count_rows(engine, Tasks, Tasks.state == TaskState.RUNNING)
 
 
 async def _none_running(engine: AsyncEngine) -> bool:
