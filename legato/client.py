@@ -34,6 +34,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato import bulk
 from legato.arguments import (
     RunId,
     as_run_id,
@@ -44,7 +45,8 @@ from legato.arguments import (
     check_max_payload,
     check_poll_interval,
     check_timeout,
-    run_status,
+    checked_filter,
+    run_filter,
 )
 from legato.db import (
     check_database,
@@ -60,6 +62,7 @@ from legato.engine.repositories import (
     definitions,
     idempotency_keys,
     partitions,
+    reruns,
     run_events,
     runs,
     signals,
@@ -84,9 +87,11 @@ from legato.handle import RunHandle as RunHandle
 from legato.limits import check_idempotency_key, check_json, check_name, json_size
 from legato.models import (
     FINAL_EVENTS,
+    BulkResult,
     HistoryEvent,
     QuarantinedRun,
     RunDetails,
+    RunFilter,
     RunPage,
     run_failed,
 )
@@ -97,6 +102,7 @@ from legato.models_from_rows import (
     run_from_row,
 )
 from legato.observability import tracing
+from legato.rerun import Specs, check_version, rerun
 from legato.run_wakeups import RunWakeups, woken
 from legato.schema import RunStatus, Shards
 from legato.schema.types import strip_nul
@@ -791,10 +797,13 @@ class Client:
                 raise RunNotFound(f"no run {run_id}")
             rows = (await tasks.load_many(conn, shard, [run_id]))[run_id]
             events = await run_events.history(conn, shard, run_id)
+            rerun_of, later = await reruns.links(conn, shard, run_id)
             return RunDetails(
                 run=run_from_row(run),
                 tasks=[attempt_from_row(row) for row in rows],
                 history=[event_from_row(e) for e in events],
+                rerun_of=rerun_of,
+                reruns=later,
             )
 
         return await self._read(read)
@@ -816,25 +825,108 @@ class Client:
         status: RunStatus | None = None,
         before: RunId | None = None,
         limit: int = 50,
+        version: int | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        error_type: str | None = None,
+        node: str | None = None,
     ) -> RunPage:
-        """Runs newest first, filtered, keyset-paginated by run id. Fan-out across shard
-        keys: each page is one statement over every key, in run-id order."""
+        """Runs newest first, filtered (``legato.RunFilter`` says what each criterion
+        chooses), keyset-paginated by run id. Fan-out across shard keys: each page is
+        one statement over every key, in run-id order."""
         check_limit(limit)
-        if workflow is not None:
-            check_name("workflow name", workflow, InvalidArgument)
-        if status is not None:
-            status = run_status(status)
+        chosen = run_filter(
+            workflow=workflow,
+            version=version,
+            status=status,
+            created_after=created_after,
+            created_before=created_before,
+            error_type=error_type,
+            node=node,
+        )
         after = None if before is None else as_run_id(before)
         page = await self._read(
-            lambda conn: runs.list_runs(
-                conn, workflow_name=workflow, status=status, before=after, limit=limit + 1
-            )
+            lambda conn: runs.list_runs(conn, chosen, before=after, limit=limit + 1)
         )
         more = len(page) > limit
         page = page[:limit]
         return RunPage(
             runs=[run_from_row(row) for row in page],
             next_before=page[-1].id if more and page else None,
+        )
+
+    # -- reruns and bulk actions: legato.rerun and legato.bulk do the work ---------------------
+
+    @_schema_explained
+    async def rerun(
+        self, run_id: RunId, from_node: str | None = None, version: str = "deployed"
+    ) -> RunHandle[Any]:
+        """Start a new run of a finished run's workflow, linked to it, that reuses its
+        completed outputs for every node ``from_node`` does not lead to and runs
+        ``from_node`` and what follows again (without it: from the first failed node);
+        on the ``"deployed"`` version (how a fix reaches runs that failed on a bug) or
+        the ``"original"`` one. Raises ``RunNotFound``, ``RunStillRunning``,
+        ``UnknownNode`` or ``RerunIncompatible`` (naming the node and why)."""
+        started = await rerun(
+            self.engine,
+            await self.shards(),
+            Specs(self.app),
+            as_run_id(run_id),
+            from_node=None
+            if from_node is None
+            else check_name("from_node", from_node, InvalidArgument),
+            version=check_version(version),
+        )
+        assert started is not None  # only a bulk rerun skips a run already rerun
+        return RunHandle(self, started.run_id, None)
+
+    @_schema_explained
+    async def count_runs(self, where: RunFilter | None = None) -> int:
+        """How many runs ``where`` chooses (all runs without it). Fan-out across keys."""
+        return await bulk.count(self.engine, checked_filter(where))
+
+    @_schema_explained
+    async def bulk_cancel(
+        self, where: RunFilter, *, progress: bulk.Progress | None = None
+    ) -> BulkResult:
+        """Ask every running run ``where`` chooses to cancel (``legato.bulk``); safe to
+        interrupt and call again. ``progress`` gets the counts after each run."""
+        return await bulk.act(
+            self.engine, await self.shards(), checked_filter(where), "cancel", progress=progress
+        )
+
+    @_schema_explained
+    async def bulk_resume(
+        self, where: RunFilter, *, progress: bulk.Progress | None = None
+    ) -> BulkResult:
+        """Resume every quarantined run ``where`` chooses (``legato.bulk``)."""
+        return await bulk.act(
+            self.engine, await self.shards(), checked_filter(where), "resume", progress=progress
+        )
+
+    @_schema_explained
+    async def bulk_rerun(
+        self,
+        where: RunFilter,
+        *,
+        from_node: str | None = None,
+        version: str = "deployed",
+        progress: bulk.Progress | None = None,
+    ) -> BulkResult:
+        """``rerun`` every finished run ``where`` chooses that has no rerun yet
+        (``legato.bulk``): calling it again after an interruption reruns no run twice."""
+        options = bulk.RerunOptions(
+            None if from_node is None else check_name("from_node", from_node, InvalidArgument),
+            check_version(version),
+        )
+        return await bulk.act(
+            self.engine,
+            await self.shards(),
+            checked_filter(where),
+            "rerun",
+            rerun_options=options,
+            specs=Specs(self.app),
+            progress=progress,
         )
 
 
