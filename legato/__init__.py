@@ -70,12 +70,14 @@ if TYPE_CHECKING:
     from legato.handle import RunHandle
     from legato.models import (
         Attempt,
+        BulkResult,
         ErrorInfo,
         HistoryEvent,
         NodeFailure,
         QuarantinedRun,
         Run,
         RunDetails,
+        RunFilter,
         RunPage,
     )
     from legato.runtime import (
@@ -105,6 +107,8 @@ _MODULE_OF: dict[str, str] = {
     "Run": "legato.models",
     "RunDetails": "legato.models",
     "RunPage": "legato.models",
+    "RunFilter": "legato.models",
+    "BulkResult": "legato.models",
     "TaskCancelled": "legato.context",
     "TaskContext": "legato.context",
     "create_engine": "legato.db",
@@ -168,6 +172,7 @@ _MODULE_OF: dict[str, str] = {
 __all__ = [
     "App",
     "Attempt",
+    "BulkResult",
     "Cache",
     "CatchUp",
     "Client",
@@ -206,6 +211,7 @@ __all__ = [
     "RunAlreadyExists",
     "RunDetails",
     "RunFailed",
+    "RunFilter",
     "RunFinished",
     "RunHandle",
     "RunNotFound",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 from sqlalchemy import func, insert, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import run_events, tasks
@@ -48,7 +49,7 @@ async def links(
     (shard, rerun_of) for the second."""
     reruns = Runs.table.alias("reruns")
     later = (
-        select(func.coalesce(func.array_agg(reruns.c.id.asc()), []))
+        select(func.array_agg(aggregate_order_by(reruns.c.id, reruns.c.id)))
         .where(reruns.c.shard == shard, reruns.c.rerun_of == run_id)
         .scalar_subquery()
     )
