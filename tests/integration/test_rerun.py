@@ -60,7 +60,8 @@ async def test_a_fix_deployed_reaches_every_failed_run(engine: AsyncEngine) -> N
                 version="deployed",
                 progress=lambda counts: seen.append(counts.matched),
             )
-            assert (result.matched, result.done, result.skipped, result.failed) == (RUNS, RUNS, 0, 0)
+            counts = (result.matched, result.done, result.skipped, result.failed)
+            assert counts == (RUNS, RUNS, 0, 0)
             assert seen == list(range(1, RUNS + 1))
             async with asyncio.timeout(120):
                 for order, original in enumerate(originals):
@@ -105,7 +106,8 @@ async def test_a_rerun_without_from_starts_at_the_first_failed_node(engine: Asyn
 async def test_rerun_errors_name_the_value_and_write_nothing(engine: AsyncEngine) -> None:
     (original,) = await fail_runs(engine, 1)
     async with Client(engine, app=apps.text_fetch) as client:
-        with pytest.raises(UnknownNode, match=r"no node 'charge': its nodes are 'fetch', 'price', 'store'"):
+        known = r"no node 'charge': its nodes are 'fetch', 'price', 'store'"
+        with pytest.raises(UnknownNode, match=known):
             await client.rerun(original, from_node="charge", version="original")
         with pytest.raises(RunNotFound, match="no run"):
             await client.rerun(uuid.uuid4())
@@ -114,13 +116,14 @@ async def test_rerun_errors_name_the_value_and_write_nothing(engine: AsyncEngine
         await client.deploy(apps.text_fetch)
         with pytest.raises(
             RerunIncompatible,
-            match=r"node 'fetch' stored an output task 'fetch' no longer accepts.*rerun from 'fetch'",
+            match=r"node 'fetch' stored an output task 'fetch' no longer accepts.*"
+            r"rerun from 'fetch'",
         ):
             await client.rerun(original, from_node="price")
         running = await client.start("orders", 5)  # no runtime: it stays RUNNING
-        with pytest.raises(RunStillRunning, match="cancel it .legato runs cancel"):
+        with pytest.raises(RunStillRunning, match=r"cancel it \(legato runs cancel"):
             await client.rerun(running.run_id)
-        with pytest.raises(InvalidArgument, match="where=.* must be a legato.RunFilter"):
+        with pytest.raises(InvalidArgument, match=r"where='orders' must be a legato\.RunFilter"):
             await client.bulk_rerun("orders")  # type: ignore[arg-type]
         refused = await client.bulk_rerun(
             RunFilter(workflow="orders", status=RunStatus.FAILED), from_node="price"
@@ -139,7 +142,8 @@ async def test_a_succeeded_run_needs_a_node(engine: AsyncEngine) -> None:
         async with Runtime(engine, apps.fixed, poll_interval=0.1, grace_period=5):
             done = await client.start("orders", 3)
             assert await done.result(timeout=30) == 31
-            with pytest.raises(InvalidArgument, match="succeeded with no failed node: name the node"):
+            needs = "succeeded with no failed node: name the node"
+            with pytest.raises(InvalidArgument, match=needs):
                 await client.rerun(done.run_id)
             again = await client.rerun(done.run_id, from_node="store")
             assert await again.result(timeout=30) == 31
