@@ -9,10 +9,26 @@ file, appends its name to it (a subprocess).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import uuid
 from collections import Counter
 
-from legato import App, Flow, Node, Retry, TaskContext, task, workflow
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from legato import (
+    App,
+    Client,
+    Flow,
+    Node,
+    Retry,
+    RunFailed,
+    Runtime,
+    TaskContext,
+    task,
+    workflow,
+)
 
 BODIES: Counter[str] = Counter()
 
@@ -82,3 +98,16 @@ def orders_text(flow: Flow[int]) -> Node[int]:
 
 
 text_fetch = App([orders_text])
+
+
+async def fail_runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
+    """``count`` runs of the buggy ``orders`` (deployed), each failed at ``price``."""
+    async with Client(engine) as client:
+        await client.deploy(buggy)
+        async with Runtime(engine, buggy, poll_interval=0.1, grace_period=5):
+            handles = await client.start_many(orders_with_bug, list(range(count)))
+            async with asyncio.timeout(120):
+                for handle in handles:
+                    with pytest.raises(RunFailed):
+                        await handle.result()
+    return [handle.run_id for handle in handles]

@@ -15,7 +15,6 @@ from legato import (
     Client,
     InvalidArgument,
     RerunIncompatible,
-    RunFailed,
     RunFilter,
     RunNotFound,
     RunStatus,
@@ -31,21 +30,8 @@ from tests.integration import rerun_apps as apps
 RUNS = 200
 
 
-async def fail_runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
-    """``count`` runs of the buggy ``orders``, each failed at ``price``."""
-    async with Client(engine) as client:
-        await client.deploy(apps.buggy)
-        async with Runtime(engine, apps.buggy, poll_interval=0.1, grace_period=5):
-            handles = await client.start_many(apps.orders_with_bug, list(range(count)))
-            async with asyncio.timeout(120):
-                for handle in handles:
-                    with pytest.raises(RunFailed):
-                        await handle.result()
-    return [handle.run_id for handle in handles]
-
-
 async def test_a_fix_deployed_reaches_every_failed_run(engine: AsyncEngine) -> None:
-    originals = await fail_runs(engine, RUNS)
+    originals = await apps.fail_runs(engine, RUNS)
     assert apps.BODIES["fetch"] == RUNS and apps.BODIES["store"] == 0
     apps.BODIES.clear()
     seen: list[int] = []
@@ -88,7 +74,7 @@ async def test_a_fix_deployed_reaches_every_failed_run(engine: AsyncEngine) -> N
 
 
 async def test_a_rerun_without_from_starts_at_the_first_failed_node(engine: AsyncEngine) -> None:
-    (original,) = await fail_runs(engine, 1)
+    (original,) = await apps.fail_runs(engine, 1)
     async with Client(engine, app=apps.buggy) as client:
         handle = await client.rerun(original, version="original")
         details = await client.get_run(handle.run_id)
@@ -104,7 +90,7 @@ async def test_a_rerun_without_from_starts_at_the_first_failed_node(engine: Asyn
 
 
 async def test_rerun_errors_name_the_value_and_write_nothing(engine: AsyncEngine) -> None:
-    (original,) = await fail_runs(engine, 1)
+    (original,) = await apps.fail_runs(engine, 1)
     async with Client(engine, app=apps.text_fetch) as client:
         known = r"no node 'charge': its nodes are 'fetch', 'price', 'store'"
         with pytest.raises(UnknownNode, match=known):
