@@ -44,18 +44,38 @@ async def test_rerun_commands(
     assert "rerun_started" in shown.out and "node_reused" in shown.out
 
     bulk = await legato_here(
-        capsys, "runs", "rerun", "--workflow", "orders", "--status", "failed", "--node", "price",
-        "--version", "original", "--yes", *db,
-    )  # fmt: skip
+        capsys,
+        "runs",
+        "rerun",
+        "--workflow",
+        "orders",
+        "--status",
+        "failed",
+        "--node",
+        "price",
+        "--version",
+        "original",
+        "--yes",
+        *db,
+    )
     assert bulk.rc == 0, bulk
     assert bulk.out == "rerun: 3 runs: 2 done, 1 skipped, 0 refused\n"
     assert "rerun [##############################] 3/3" in bulk.err or bulk.err == ""
 
     # The reruns are running (no runtime here): each refused, named, one error line.
     refused = await legato_here(
-        capsys, "runs", "rerun", "--workflow", "orders", "--created-after",
-        "2000-01-01T00:00:00+00:00", "--status", "running", "--yes", *db,
-    )  # fmt: skip
+        capsys,
+        "runs",
+        "rerun",
+        "--workflow",
+        "orders",
+        "--created-after",
+        "2000-01-01T00:00:00+00:00",
+        "--status",
+        "running",
+        "--yes",
+        *db,
+    )
     assert refused.rc == 1
     assert refused.err == (
         "legato: error: 3 of 3 runs could not be rerun (the first are listed above)\n"
