@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from legato.cli import command, connected, nonempty, number_in, render, seconds, shown
+from legato.cli.apps import add_app, load_app
 from legato.errors import InvalidRunId, LegatoError
+from legato.flow import App
 from legato.models import BulkResult, RunFilter
 from legato.rerun import VERSIONS
 from legato.schema import RunStatus
@@ -123,8 +125,14 @@ def _target(args: argparse.Namespace) -> tuple[uuid.UUID | None, RunFilter | Non
         ) from None
 
 
+def _app(args: argparse.Namespace) -> App | None:
+    """A rerun's ``--app``: the new code, whose task models check the reused outputs."""
+    path = getattr(args, "app", None)
+    return None if path is None else load_app(path)
+
+
 async def _one(args: argparse.Namespace, run_id: uuid.UUID) -> int:
-    async with connected(args) as client:
+    async with connected(args, _app(args)) as client:
         if args.action == "rerun":
             handle = await client.rerun(run_id, from_node=args.from_node, version=args.version)
             print(handle.run_id, flush=True)
@@ -155,7 +163,7 @@ async def _wait(args: argparse.Namespace, client: Any, run_id: uuid.UUID) -> int
 
 
 async def _bulk(args: argparse.Namespace, chosen: RunFilter) -> int:
-    async with connected(args) as client:
+    async with connected(args, _app(args)) as client:
         total = await client.count_runs(chosen)
         if total == 0:
             print("no runs match")
@@ -309,6 +317,7 @@ the deployed version (default) or the original one. Prints the new run's id.
         default="deployed",
         help="run the workflow's deployed version (default) or the original run's",
     )
+    add_app(rerun, required=False, what="; the new code: a reused output its task refuses is named")
     resume = command(
         subcommands,
         "resume",

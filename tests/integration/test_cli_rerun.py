@@ -82,3 +82,17 @@ async def test_rerun_commands(
     )
     assert refused.out.startswith("rerun: 3 runs: 0 done, 0 skipped, 3 refused\n")
     assert refused.out.count("is still running: cancel it") == 3
+
+    # With --app, the new code's task models check the outputs a rerun would reuse.
+    text_fetch = "tests.integration.rerun_apps:text_fetch"
+    deployed = await legato_here(capsys, "deploy", "--app", text_fetch, *db)
+    assert deployed.rc == 0, deployed
+    incompatible = await legato_here(
+        capsys, "runs", "rerun", first, "--from", "price", "--app", text_fetch, *db
+    )
+    assert_one_error_line(
+        incompatible,
+        "on workflow 'orders' version 2 (deployed): node 'fetch' stored an output task "
+        "'fetch' no longer accepts",
+        "rerun from 'fetch' or an earlier node",
+    )
