@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import TypeGuard
 
 from legato.errors import ConfigurationError, InvalidArgument, InvalidRunId
-from legato.limits import check_name
-from legato.models import RunFilter
 from legato.schema import RunStatus
 
 RunId = uuid.UUID | str
@@ -161,47 +158,3 @@ def check_aware(option: str, value: object) -> datetime:
 def check_limit(limit: object) -> None:
     if not _is_int(limit) or not 1 <= limit <= 1000:
         raise InvalidArgument(f"limit={limit!r} must be an int between 1 and 1000")
-
-
-def run_filter(
-    *,
-    workflow: object = None,
-    version: object = None,
-    status: object = None,
-    created_after: object = None,
-    created_before: object = None,
-    error_type: object = None,
-    node: object = None,
-) -> RunFilter:
-    """The criteria of a run listing or a bulk action, checked (``InvalidArgument``)."""
-
-    def name(option: str, value: object) -> str | None:
-        return None if value is None else check_name(option, value, InvalidArgument)
-
-    after = None if created_after is None else check_aware("created_after", created_after)
-    until = None if created_before is None else check_aware("created_before", created_before)
-    if after is not None and until is not None and after >= until:
-        raise InvalidArgument(
-            f"created_after={after.isoformat()} must be before created_before={until.isoformat()}"
-        )
-    return RunFilter(
-        workflow=name("workflow", workflow),
-        version=None if version is None else check_int_argument("version", version, 1),
-        status=None if status is None else run_status(status),
-        created_after=after,
-        created_before=until,
-        error_type=name("error_type", error_type),
-        node=name("node", node),
-    )
-
-
-def checked_filter(where: object) -> RunFilter:
-    """A bulk action's or count's ``where``: a ``RunFilter`` whose criteria are checked."""
-    if where is None:
-        return RunFilter()
-    if not isinstance(where, RunFilter):
-        raise InvalidArgument(
-            f"where={where!r} must be a legato.RunFilter, e.g. "
-            "RunFilter(workflow='signup', status=RunStatus.FAILED)"
-        )
-    return run_filter(**{f.name: getattr(where, f.name) for f in fields(where)})

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from legato.arguments import check_aware, check_int_argument, run_status
 from legato.engine.repositories import decide_queue, runs
-from legato.errors import LegatoError
+from legato.errors import InvalidArgument, LegatoError
+from legato.limits import check_name
 from legato.models import BulkResult, RunFilter
 from legato.rerun import Specs, Version, rerun
 from legato.schema import RunStatus, Shards
@@ -38,6 +40,50 @@ Progress = Callable[[BulkResult], None]
 class RerunOptions:
     from_node: str | None = None
     version: Version = "deployed"
+
+
+def run_filter(
+    *,
+    workflow: object = None,
+    version: object = None,
+    status: object = None,
+    created_after: object = None,
+    created_before: object = None,
+    error_type: object = None,
+    node: object = None,
+) -> RunFilter:
+    """The criteria of a run listing or a bulk action, checked (``InvalidArgument``)."""
+
+    def name(option: str, value: object) -> str | None:
+        return None if value is None else check_name(option, value, InvalidArgument)
+
+    after = None if created_after is None else check_aware("created_after", created_after)
+    until = None if created_before is None else check_aware("created_before", created_before)
+    if after is not None and until is not None and after >= until:
+        raise InvalidArgument(
+            f"created_after={after.isoformat()} must be before created_before={until.isoformat()}"
+        )
+    return RunFilter(
+        workflow=name("workflow", workflow),
+        version=None if version is None else check_int_argument("version", version, 1),
+        status=None if status is None else run_status(status),
+        created_after=after,
+        created_before=until,
+        error_type=name("error_type", error_type),
+        node=name("node", node),
+    )
+
+
+def checked_filter(where: object) -> RunFilter:
+    """A bulk action's or count's ``where``: a ``RunFilter`` whose criteria are checked."""
+    if where is None:
+        return RunFilter()
+    if not isinstance(where, RunFilter):
+        raise InvalidArgument(
+            f"where={where!r} must be a legato.RunFilter, e.g. "
+            "RunFilter(workflow='signup', status=RunStatus.FAILED)"
+        )
+    return run_filter(**{f.name: getattr(where, f.name) for f in fields(where)})
 
 
 async def count(engine: AsyncEngine, chosen: RunFilter) -> int:

@@ -13,13 +13,13 @@ from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato import bulk
 from legato.arguments import (
     RunId,
     as_run_id,
     check_after_seq,
     check_limit,
     check_timeout,
-    run_filter,
 )
 from legato.client.base import ClientBase, schema_explained
 from legato.engine.repositories import reruns, run_events, runs, tasks
@@ -193,7 +193,7 @@ class RunReads(ClientBase):
         chooses), keyset-paginated by run id. Fan-out across shard keys: each page is
         one statement over every key, in run-id order."""
         check_limit(limit)
-        chosen = run_filter(
+        chosen = bulk.run_filter(
             workflow=workflow,
             version=version,
             status=status,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from legato import bulk
-from legato.arguments import RunId, as_run_id, checked_filter
+from legato.arguments import RunId, as_run_id
 from legato.client.base import schema_explained
 from legato.client.reads import RunReads
 from legato.errors import InvalidArgument
@@ -47,7 +47,7 @@ class RunReruns(RunReads):
     @schema_explained
     async def count_runs(self, where: RunFilter | None = None) -> int:
         """How many runs ``where`` chooses (all runs without it). Fan-out across keys."""
-        return await bulk.count(self.engine, checked_filter(where))
+        return await bulk.count(self.engine, bulk.checked_filter(where))
 
     @schema_explained
     async def bulk_cancel(
@@ -56,7 +56,11 @@ class RunReruns(RunReads):
         """Ask every running run ``where`` chooses to cancel (``legato.bulk``); safe to
         interrupt and call again. ``progress`` gets the counts after each run."""
         return await bulk.act(
-            self.engine, await self.shards(), checked_filter(where), "cancel", progress=progress
+            self.engine,
+            await self.shards(),
+            bulk.checked_filter(where),
+            "cancel",
+            progress=progress,
         )
 
     @schema_explained
@@ -65,7 +69,11 @@ class RunReruns(RunReads):
     ) -> BulkResult:
         """Resume every quarantined run ``where`` chooses (``legato.bulk``)."""
         return await bulk.act(
-            self.engine, await self.shards(), checked_filter(where), "resume", progress=progress
+            self.engine,
+            await self.shards(),
+            bulk.checked_filter(where),
+            "resume",
+            progress=progress,
         )
 
     @schema_explained
@@ -82,7 +90,7 @@ class RunReruns(RunReads):
         return await bulk.act(
             self.engine,
             await self.shards(),
-            checked_filter(where),
+            bulk.checked_filter(where),
             "rerun",
             rerun_options=bulk.RerunOptions(_node(from_node), check_version(version)),
             specs=Specs(self.app),
