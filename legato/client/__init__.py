@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from legato.arguments import RunId, check_max_payload, check_poll_interval
 from legato.client.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL
 from legato.client.controls import RunControls
+from legato.client.reruns import RunReruns
 from legato.client.starts import StartingRuns
 from legato.db import create_engine
 from legato.db.schema_names import resolve_schema
@@ -34,11 +35,12 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-class Client(StartingRuns, RunControls):
+class Client(StartingRuns, RunControls, RunReruns):
     """Talks to Legato's tables; safe to share across tasks of one event loop.
 
     Its parts, by job: ``starts.py`` (starting runs), ``reads.py`` (results, history,
-    the run list), ``controls.py`` (deploy, signal, emit, cancel, the quarantine), over
+    the run list), ``controls.py`` (deploy, signal, emit, cancel, the quarantine),
+    ``reruns.py`` (rerun, and the bulk actions by filter), over
     ``base.py`` (the engine, the shard keys, reads that retry)."""
 
     @classmethod

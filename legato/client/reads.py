@@ -6,25 +6,25 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime
 from functools import partial
 
 from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato import bulk
 from legato.arguments import (
     RunId,
     as_run_id,
     check_after_seq,
     check_limit,
     check_timeout,
-    run_status,
 )
 from legato.client.base import ClientBase, schema_explained
-from legato.engine.repositories import run_events, runs, tasks
+from legato.engine.repositories import reruns, run_events, runs, tasks
 from legato.engine.repositories.runs import RunRow
-from legato.errors import InvalidArgument, RunFailed, RunNotFound
-from legato.limits import check_name
+from legato.errors import RunFailed, RunNotFound
 from legato.models import FINAL_EVENTS, HistoryEvent, RunDetails, RunPage, run_failed
 from legato.models_from_rows import attempt_from_row, event_from_row, run_from_row
 from legato.run_wakeups import woken
@@ -155,10 +155,13 @@ class RunReads(ClientBase):
                 raise RunNotFound(f"no run {run_id}")
             rows = (await tasks.load_many(conn, shard, [run_id]))[run_id]
             events = await run_events.history(conn, shard, run_id)
+            rerun_of, later = await reruns.links(conn, shard, run_id)
             return RunDetails(
                 run=run_from_row(run),
                 tasks=[attempt_from_row(row) for row in rows],
                 history=[event_from_row(e) for e in events],
+                rerun_of=rerun_of,
+                reruns=later,
             )
 
         return await self._read(read)
@@ -180,19 +183,28 @@ class RunReads(ClientBase):
         status: RunStatus | None = None,
         before: RunId | None = None,
         limit: int = 50,
+        version: int | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        error_type: str | None = None,
+        node: str | None = None,
     ) -> RunPage:
-        """Runs newest first, filtered, keyset-paginated by run id. Fan-out across shard
-        keys: each page is one statement over every key, in run-id order."""
+        """Runs newest first, filtered (``legato.RunFilter`` says what each criterion
+        chooses), keyset-paginated by run id. Fan-out across shard keys: each page is
+        one statement over every key, in run-id order."""
         check_limit(limit)
-        if workflow is not None:
-            check_name("workflow name", workflow, InvalidArgument)
-        if status is not None:
-            status = run_status(status)
+        chosen = bulk.run_filter(
+            workflow=workflow,
+            version=version,
+            status=status,
+            created_after=created_after,
+            created_before=created_before,
+            error_type=error_type,
+            node=node,
+        )
         after = None if before is None else as_run_id(before)
         page = await self._read(
-            lambda conn: runs.list_runs(
-                conn, workflow_name=workflow, status=status, before=after, limit=limit + 1
-            )
+            lambda conn: runs.list_runs(conn, chosen, before=after, limit=limit + 1)
         )
         more = len(page) > limit
         page = page[:limit]

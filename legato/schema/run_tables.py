@@ -79,6 +79,8 @@ class RunsColumns(TableColumns):
     # W3C trace context of the Client.start caller (migration 0005); NULL without tracing.
     trace_context = json_col()
     shard = shard_col()  # migration 0011
+    # The run this one reruns (Client.rerun, migration 0012); in the same key.
+    rerun_of: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
 
 
 Runs = RunsColumns(
@@ -92,6 +94,8 @@ Runs = RunsColumns(
     # Client.list_runs (keyset by id within a workflow) and partitions.drop's active check.
     Index(None, "workflow_name", "id"),
     Index("ix_runs_active", "id", postgresql_where=text("status = 'RUNNING'")),
+    # A run's reruns (runs show, Client.rerun, bulk rerun's skip), within its key.
+    Index("ix_runs_rerun_of", "shard", "rerun_of", postgresql_where=text("rerun_of IS NOT NULL")),
     postgresql_partition_by="RANGE (id)",
 )
 """One row per run; PARTITION BY RANGE (id), monthly (the UUIDv7 encodes the month)."""

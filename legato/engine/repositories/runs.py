@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     DateTime,
     Insert,
     Select,
@@ -28,13 +29,18 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    type_coerce,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
-from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
+from legato.models import RunFilter
+from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards, Tasks
+from legato.schema.enums import TaskState
+from legato.schema.types import uuid7_bound
 from legato.schema.values import TaskError
 
 
@@ -141,7 +147,6 @@ async def installed_shards(conn: AsyncConnection) -> Shards:
     from an engine, the schedule loop): read once per process. One-row table."""
     count = (await conn.execute(select(Installation.shard_count))).scalar_one()
     return Shards(int(count))
-
 
 
 def _with_history_and_queue(inserted: Insert, scheduled: bool) -> Select[uuid.UUID]:
@@ -342,26 +347,71 @@ async def request_cancel(
 
 async def list_runs(
     conn: AsyncConnection,
+    chosen: RunFilter,
     *,
-    workflow_name: str | None,
-    status: RunStatus | None,
     before: uuid.UUID | None,
     limit: int,
 ) -> list[RunRow]:
     """Fan-out across shard keys: runs newest first, keyset-paginated by id over every
-    key (Client.list_runs, ``legato runs list``); never on a hot path.
+    key (Client.list_runs, ``legato runs list``, and the pages of the bulk actions in
+    ``legato.bulk``); never on a hot path.
 
     Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
-    for RUNNING, else the primary keys of the newest partitions.
+    for RUNNING, else the primary keys of the newest partitions (a time range bounds
+    the ids, so it prunes months); a node filter probes each run's attempts by the
+    tasks' unique (shard, run_id, node_id, ...) index.
     """
-    conditions = []
-    if workflow_name is not None:
-        conditions.append(Runs.workflow_name == workflow_name)
-    if status is not None:
-        conditions.append(Runs.status == status)
+    conditions = _chosen(chosen)
     if before is not None:
         conditions.append(Runs.id < before)
     statement = _select().order_by(Runs.id.desc()).limit(limit)
     if conditions:
         statement = statement.where(and_(*conditions))
     return [_row(row) for row in await conn.execute(fan_out(statement))]
+
+
+async def count_runs(conn: AsyncConnection, chosen: RunFilter) -> int:
+    """Fan-out across shard keys: how many runs ``chosen`` chooses (``legato runs
+    cancel|rerun|resume`` by filter: the count a ``--dry-run`` prints and the
+    confirmation asks about). The indexes of :func:`list_runs`."""
+    statement = select(func.count()).select_from(Runs.table)
+    conditions = _chosen(chosen)
+    if conditions:
+        statement = statement.where(and_(*conditions))
+    return int((await conn.execute(fan_out(statement))).scalar_one())
+
+
+def _chosen(chosen: RunFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if chosen.workflow is not None:
+        conditions.append(Runs.workflow_name == chosen.workflow)
+    if chosen.version is not None:
+        conditions.append(Runs.workflow_version == chosen.version)
+    if chosen.status is not None:
+        conditions.append(Runs.status == chosen.status)
+    if chosen.created_after is not None:
+        conditions.append(Runs.id >= uuid7_bound(_ms(chosen.created_after)))
+    if chosen.created_before is not None:
+        conditions.append(Runs.id < uuid7_bound(_ms(chosen.created_before)))
+    if chosen.error_type is not None:
+        conditions.append(type_coerce(Runs.error, JSONB)["type"].astext == chosen.error_type)
+    if chosen.node is not None:
+        conditions.append(_attempt_of(chosen.node, FAILED_STATES).exists())
+        conditions.append(~_attempt_of(chosen.node, (TaskState.COMPLETED,)).exists())
+    return conditions
+
+
+FAILED_STATES = (TaskState.FAILED, TaskState.TIMED_OUT)
+
+
+def _attempt_of(node: str, states: Sequence[TaskState]) -> Select[int]:
+    return select(literal(1)).where(
+        Tasks.shard == Runs.shard,
+        Tasks.run_id == Runs.id,
+        Tasks.node_id == node,
+        Tasks.state.in_(states),
+    )
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
