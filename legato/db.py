@@ -17,6 +17,7 @@ from sqlalchemy.exc import ArgumentError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from legato.arguments import check_count, check_positive_seconds
+from legato.distributed import adopt_sessions, is_distributed
 from legato.errors import ConfigurationError, IncompatibleDatabase
 from legato.outages import as_unavailable, causes, where
 from legato.schema import SCHEMA_PLACEHOLDER, Installation, SchemaVersion, Shards
@@ -548,4 +549,13 @@ async def check_database(conn: AsyncConnection, schema: str) -> Shards:
     if applied != [head]:
         raise IncompatibleDatabase(schema_mismatch(schema, applied, head))
     count = (await conn.execute(select(Installation.shard_count))).scalar_one()
-    return Shards(int(count))
+    return await adopt_installation(conn, schema, int(count))
+
+
+async def adopt_installation(conn: AsyncConnection, schema: str, count: int) -> Shards:
+    """The installation's keys, and its sessions' settings on a distributed install
+    (``legato.distributed.adopt_sessions``)."""
+    shards = Shards(count, distributed=await is_distributed(conn, schema))
+    if shards.distributed:
+        await adopt_sessions(conn, per_transaction=pooler_of(conn.engine) == TRANSACTION_POOLER)
+    return shards

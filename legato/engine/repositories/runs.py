@@ -32,6 +32,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.db import adopt_installation
+from legato.engine.repositories.notify import schema_of
 from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
@@ -140,7 +142,7 @@ async def installed_shards(conn: AsyncConnection) -> Shards:
     """The installation's shard keys, as migration 0011 recorded them (a Client made
     from an engine, the schedule loop): read once per process. One-row table."""
     count = (await conn.execute(select(Installation.shard_count))).scalar_one()
-    return Shards(int(count))
+    return await adopt_installation(conn, schema_of(conn), int(count))
 
 
 
