@@ -287,6 +287,8 @@ def _distributed_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> No
     cursor = dbapi_connection.cursor()
     cursor.execute(_settings_statement(local=False))
     cursor.close()
+    # The driver opened a transaction for it; a later rollback would undo the settings.
+    dbapi_connection.commit()
     record.info[_ADOPTED] = True
 
 
