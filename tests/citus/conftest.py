@@ -70,10 +70,14 @@ async def drop_schema(url: str, schema: str) -> None:
 
 
 @pytest_asyncio.fixture
-async def citus_schema(citus_cluster: Cluster) -> AsyncIterator[str]:
-    """A fresh schema on the cluster, migrated and distributed (dropped afterwards)."""
+async def citus_schema(
+    citus_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[str]:
+    """A fresh schema on the cluster, migrated and distributed (dropped afterwards); the
+    test's ``LEGATO_SCHEMA``, so the commands and processes a test starts use it too."""
     schema = f"legato_{uuid.uuid4().hex[:10]}"
     await install_distributed(citus_cluster.url, schema)
+    monkeypatch.setenv("LEGATO_SCHEMA", schema)
     yield schema
     await drop_schema(citus_cluster.url, schema)
 
@@ -90,3 +94,10 @@ async def citus_engine(citus_cluster: Cluster, citus_schema: str) -> AsyncIterat
 def engine(citus_engine: AsyncEngine) -> AsyncEngine:
     """The engine the shared end-to-end tests (re-collected here) run on: the cluster's."""
     return citus_engine
+
+
+@pytest.fixture
+def database_url(citus_cluster: Cluster, citus_schema: str) -> str:
+    """The URL the shared tests (re-collected here) pass to commands and processes: the
+    coordinator's database (the schema goes by ``LEGATO_SCHEMA``)."""
+    return citus_cluster.url
