@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.db import adopt_installation
+from legato.db.server_check import adopt_installation
 from legato.engine.repositories.notify import schema_of
 from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
