@@ -11,6 +11,8 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from legato.db import TRANSACTION_POOLER, pooler_of
+from legato.distributed import adopt_sessions, is_distributed
 from legato.errors import IncompatibleDatabase
 from legato.outages import as_unavailable, causes
 from legato.schema import Installation, SchemaVersion, Shards
@@ -114,4 +116,13 @@ async def check_database(conn: AsyncConnection, schema: str) -> Shards:
     if applied != [head]:
         raise IncompatibleDatabase(schema_mismatch(schema, applied, head))
     count = (await conn.execute(select(Installation.shard_count))).scalar_one()
-    return Shards(int(count))
+    return await adopt_installation(conn, schema, int(count))
+
+
+async def adopt_installation(conn: AsyncConnection, schema: str, count: int) -> Shards:
+    """The installation's keys, and its sessions' settings on a distributed install
+    (``legato.distributed.adopt_sessions``)."""
+    shards = Shards(count, distributed=await is_distributed(conn, schema))
+    if shards.distributed:
+        await adopt_sessions(conn, per_transaction=pooler_of(conn.engine) == TRANSACTION_POOLER)
+    return shards

@@ -57,9 +57,13 @@ def tenant_hash(key: str) -> int:
 
 @dataclass(frozen=True)
 class Shards:
-    """The installation's key count and the functions from ids and tenant keys to keys."""
+    """The installation's key count and the functions from ids and tenant keys to keys.
+
+    ``distributed``: the run-scoped tables are distributed over a Citus cluster by the
+    key (``legato.distributed``), so every hot statement must stay within one key."""
 
     count: int
+    distributed: bool = False
 
     def __post_init__(self) -> None:
         check_shard_count(self.count)

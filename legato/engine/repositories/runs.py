@@ -35,6 +35,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.db.server_check import adopt_installation
+from legato.engine.repositories.notify import schema_of
 from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
 from legato.models import RunFilter
@@ -146,7 +148,7 @@ async def installed_shards(conn: AsyncConnection) -> Shards:
     """The installation's shard keys, as migration 0011 recorded them (a Client made
     from an engine, the schedule loop): read once per process. One-row table."""
     count = (await conn.execute(select(Installation.shard_count))).scalar_one()
-    return Shards(int(count))
+    return await adopt_installation(conn, schema_of(conn), int(count))
 
 
 def _with_history_and_queue(inserted: Insert, scheduled: bool) -> Select[uuid.UUID]:
