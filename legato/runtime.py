@@ -43,6 +43,7 @@ from legato.arguments import (
 )
 from legato.db import check_database, engine_schema, listen_engine
 from legato.engine.deploy import deploy_workflows
+from legato.engine.input_check import InputChecks
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.maintenance import MaintenanceLoop
@@ -239,6 +240,7 @@ class Runtime:
             # run waiting (DeciderLoop.helper): built last to first, each given the next.
             # The process's decider loops share its decider keys.
             decider_keys = self._lease(shards, "decider")
+            inputs = InputChecks(app.workflows)
             helper: DeciderLoop | None = None
             for i in reversed(range(deciders)):
                 helper = DeciderLoop(
@@ -253,6 +255,7 @@ class Runtime:
                     helper=helper,
                     handoff=self.handoff,
                     restarts=restarts,
+                    inputs=inputs,
                 )
                 self.decider_loops.insert(0, helper)
             self.loops += self.decider_loops

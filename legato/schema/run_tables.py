@@ -79,6 +79,13 @@ class RunsColumns(TableColumns):
     # W3C trace context of the Client.start caller (migration 0005); NULL without tracing.
     trace_context = json_col()
     shard = shard_col()  # migration 0011
+    # Started from SQL (migration 0012): the decider validates the input on the first decision.
+    input_unchecked: Column[bool] = Column(
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="started from SQL: the decider validates the input on the first decision",
+    )
 
 
 Runs = RunsColumns(

@@ -48,6 +48,7 @@ from legato.engine.decider.model import (
     TaskError,
     TaskRecord,
 )
+from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
 from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
@@ -297,9 +298,11 @@ async def decide_runs(
     run_ids: Sequence[uuid.UUID],
     specs: SpecCache,
     now: datetime,
+    inputs: InputChecks | None = None,
 ) -> Batch:
     """Lock, load, decide and apply a batch of runs of key ``shard``, in the caller's
-    transaction: one statement per table, each within the key."""
+    transaction: one statement per table, each within the key. A run started from SQL
+    whose input does not fit its model (``inputs``) fails instead of being decided."""
     locked = await runs.lock_many(conn, shard, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
@@ -321,7 +324,8 @@ async def decide_runs(
             tasks=tuple(map(_record, loaded[run.id][0])),
             signals=tuple(map(_buffered, loaded[run.id][1])),
         )
-        actions = decide(spec, snapshot, now)
+        failed = inputs.failure(run, last_seq, snapshot) if inputs is not None else None
+        actions = decide(spec, snapshot, now) if failed is None else failed
         batch.add(run, last_seq, actions)
         batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
         batch.lifecycle += relay.lifecycle_events(run.id, batch.facts[-1].first, actions)
@@ -436,6 +440,7 @@ class DeciderLoop(Loop):
         helper: DeciderLoop | None = None,
         handoff: LocalHandoff | None = None,
         restarts: RestartPolicy | None = None,
+        inputs: InputChecks | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         # No channel for the base loop: this loop subscribes itself, for the payload.
@@ -451,6 +456,7 @@ class DeciderLoop(Loop):
         self.max_retry_delay = max_retry_delay
         self.max_failures = max_failures
         self.specs = SpecCache()
+        self.inputs = inputs  # the app's input models, for runs started from SQL
         self.decided = 0
         self.takes = 0  # decide_queue takes sent (one per key and tick it was dirty)
         # A sibling loop in this process, woken when this one finds more than one run
@@ -539,7 +545,9 @@ class DeciderLoop(Loop):
                 now = datetime.now(UTC)
                 if len(claimed) >= self.batch_size and self.helper is not None:
                     self.helper.decide_now([shard])  # more may wait in this key
-                batch = await decide_runs(conn, self.shards, shard, claimed, self.specs, now)
+                batch = await decide_runs(
+                    conn, self.shards, shard, claimed, self.specs, now, self.inputs
+                )
                 await local.lease(conn, shard, batch.enqueues, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
@@ -565,7 +573,7 @@ class DeciderLoop(Loop):
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(
-                            conn, self.shards, shard, [run_id], self.specs, now
+                            conn, self.shards, shard, [run_id], self.specs, now, self.inputs
                         )
                         await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:
