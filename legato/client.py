@@ -46,14 +46,9 @@ from legato.arguments import (
     check_timeout,
     run_status,
 )
-from legato.db import (
-    check_database,
-    connect,
-    create_engine,
-    engine_schema,
-    missing_relation,
-    resolve_schema,
-)
+from legato.db import create_engine
+from legato.db.schema_names import engine_schema, resolve_schema
+from legato.db.server_check import check_database, connect, missing_relation
 from legato.engine.deploy import deploy_workflows
 from legato.engine.repositories import (
     decide_queue,

@@ -41,7 +41,9 @@ from legato.arguments import (
     check_poll_interval,
     check_seconds,
 )
-from legato.db import check_database, engine_schema, listen_engine
+from legato.db import listen_engine
+from legato.db.schema_names import engine_schema
+from legato.db.server_check import check_database
 from legato.engine.deploy import deploy_workflows
 from legato.engine.input_check import InputChecks
 from legato.engine.loops.decider import DeciderLoop

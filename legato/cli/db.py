@@ -15,7 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import migrations
 from legato.cli import command, group, nonempty, number_in, shown
-from legato.db import create_engine, resolve_schema, resolve_url, schema_mismatch
+from legato.db import create_engine
+from legato.db.schema_names import resolve_schema
+from legato.db.server_check import schema_mismatch
+from legato.db.urls import resolve_url
 from legato.engine.repositories import partitions
 from legato.outages import as_unavailable
 from legato.schema.shards import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT

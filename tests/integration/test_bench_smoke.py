@@ -8,7 +8,7 @@ import pytest
 
 from bench.harness import Server
 from bench.scenarios import SCENARIOS, SIZES, Options, scenario_commits
-from legato.db import resolve_url
+from legato.db.urls import resolve_url
 from legato.testing.database import pgbouncer_binary
 
 pytestmark = pytest.mark.timeout(400)

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from legato.cli import main
-from legato.db import HEAD_REVISION, resolve_url
+from legato.db.server_check import HEAD_REVISION
+from legato.db.urls import resolve_url
 from tests.helpers import Outcome, run_legato
 
 

@@ -27,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from examples.signup import app as signup_app
 from legato import Client
 from legato.cli import main
-from legato.db import create_engine, resolve_url
+from legato.db import create_engine
+from legato.db.urls import resolve_url
 from legato.schema import (
     DecideQueue,
     IdempotencyKeys,

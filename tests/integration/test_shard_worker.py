@@ -17,7 +17,7 @@ from sqlalchemy import event, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Flow, Node, TaskContext, task, workflow
-from legato.db import check_database
+from legato.db.server_check import check_database
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.worker import Worker, _report
 from legato.engine.repositories import notify, task_queue

@@ -20,7 +20,8 @@ from legato import (
     Runtime,
     migrations,
 )
-from legato.db import create_engine, resolve_url
+from legato.db import create_engine
+from legato.db.urls import resolve_url
 from legato.schema import Shards
 from legato.ui import create_app
 from tests.sql_start_app import app

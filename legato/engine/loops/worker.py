@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.arguments import check_bytes, check_count
 from legato.context import TaskCancelled, TaskContext
-from legato.db import engine_schema
+from legato.db.schema_names import engine_schema
 from legato.engine import hooks, output_cache
 from legato.engine.admission import Admission
 from legato.engine.attempts import error_of, output_error
