@@ -27,7 +27,8 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import JsonValue
 
 from legato.arguments import RunId
-from legato.client import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL, Client, RunHandle
+from legato.client import Client, RunHandle
+from legato.client.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL
 from legato.errors import ClientClosed
 from legato.flow import App, Workflow
 from legato.models import HistoryEvent, QuarantinedRun, RunDetails, RunPage
