@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine import reports as legato_reports
-from legato.engine.loops import worker
+from legato.engine.loops import worker, worker_attempts
 from legato.engine.reports import Report
 from legato.runtime import Roles
 from tests.e2e import txflows
@@ -43,6 +43,8 @@ def stop_around_commit(victim: txflows.Victim) -> None:
         victim.reached_blocking(txflows.AFTER_COMMIT, flight.claimed.run_id)
         finished(self, task_ids, shards)
 
+    # The transactional completion, and a report the worker flushes.
+    worker_attempts.apply_reports = apply_then_stop  # type: ignore[attr-defined]
     worker.apply_reports = apply_then_stop  # type: ignore[attr-defined]
     worker.Worker._finished = finished_then_stop  # type: ignore[method-assign]
 
