@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         TaskContext,
     )
     from legato.db import create_engine
+    from legato.debounce import Debounce
     from legato.deploy_check import DeployReport, Risk, VersionReport, check_deploy
     from legato.errors import (
         ClientClosed,
@@ -139,6 +140,7 @@ _MODULE_OF: dict[str, str] = {
     "RateLimit": "legato.flow",
     "Concurrency": "legato.flow",
     "Cache": "legato.flow",
+    "Debounce": "legato.debounce",
     "App": "legato.flow",
     "FailureInfo": "legato.flow",
     "Flow": "legato.flow",
@@ -180,6 +182,7 @@ __all__ = [
     "Concurrency",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "Debounce",
     "DeployReport",
     "ErrorInfo",
     "FailureInfo",

@@ -27,6 +27,7 @@ from legato.client.starts import StartingRuns
 from legato.db import create_engine
 from legato.db.schema_names import resolve_schema
 from legato.db.server_check import check_database, connect
+from legato.debounce import Debounce
 from legato.errors import ConfigurationError
 from legato.flow import App, Workflow
 from legato.handle import RunHandle as RunHandle
@@ -97,6 +98,7 @@ class Client(StartingRuns, RunControls, RunReruns):
         start_at: datetime | None = None,
         connection: AsyncConnection | None = None,
         shard_key: str | None = None,
+        debounce: Debounce | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -110,6 +112,7 @@ class Client(StartingRuns, RunControls, RunReruns):
         start_at: datetime | None = None,
         connection: AsyncConnection | None = None,
         shard_key: str | None = None,
+        debounce: Debounce | None = None,
     ) -> RunHandle[JsonValue]: ...
 
     async def start(
@@ -122,6 +125,7 @@ class Client(StartingRuns, RunControls, RunReruns):
         start_at: datetime | None = None,
         connection: AsyncConnection | None = None,
         shard_key: str | None = None,
+        debounce: Debounce | None = None,
     ) -> RunHandle[Any]:
         """Start a run and return its handle.
 
@@ -143,7 +147,19 @@ class Client(StartingRuns, RunControls, RunReruns):
         that shard (``InvalidArgument`` otherwise): omit it, or make it with
         ``(await client.shards()).new_run_id(shards.of_key(shard_key))``. Retry an
         idempotent start with the same ``shard_key`` as the first.
+
+        With ``debounce`` (a ``legato.Debounce``: a key and a window), only the last
+        call's input within the window runs: the run starts ``window`` after the latest
+        call, each call while it is pending replaces its input and returns its handle,
+        and a call after it started opens a new window (docs/api.md, "Debounce"). The
+        window's key picks the shard unless ``shard_key`` is given; ``idempotency_key``,
+        ``run_id`` and ``start_at`` do not go with it (``InvalidArgument``).
         """
+        if debounce is not None:
+            fixed = {"idempotency_key": idempotency_key, "run_id": run_id, "start_at": start_at}
+            return await self._start_debounced(
+                workflow, input, debounce, connection, shard_key, fixed
+            )
         return await self._start_run(
             workflow, input, idempotency_key, run_id, start_at, connection, shard_key
         )

@@ -4,7 +4,7 @@ have typed the call), many runs of one workflow, their inputs checked and sized.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -16,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from legato.arguments import RunId, as_run_id, check_aware
 from legato.client.base import plain_json, schema_explained
 from legato.client.reads import RunReads
+from legato.debounce import Debounce
+from legato.engine.debounced_start import start_debounced
 from legato.engine.repositories import definitions, idempotency_keys, partitions, runs
 from legato.errors import (
     InvalidArgument,
@@ -128,16 +130,7 @@ class StartingRuns(RunReads):
                     await self._start(conn, shard, [new])
             return RunHandle(self, new_id, _typed(workflow))
         async with start_connection(connection, self.engine.begin, self.schema) as conn:
-            if own is not None:
-                version = await self._versions.version_of(conn, own)
-            else:
-                version = await definitions.deployed_version(conn, name)
-                if version is None:
-                    raise UnknownWorkflow(
-                        f"unknown workflow {name!r}: no deployed version "
-                        "(deploy it with `legato deploy --app module:app`, or start the "
-                        "Workflow object itself)"
-                    )
+            version = await self._version_in(conn, own, name)
             if idempotency_key is not None:
                 existing = await idempotency_keys.claim(
                     conn,
@@ -153,6 +146,63 @@ class StartingRuns(RunReads):
         if own is not None and connection is None:
             self._versions.remember(own, version)
         return RunHandle(self, new_id, _typed(workflow))
+
+    async def _version_in(
+        self, conn: AsyncConnection, own: WorkflowDefinition | None, name: str
+    ) -> int:
+        """The version a start writes in ``conn``'s transaction: ``own``'s (stored if
+        new), or the deployed version of ``name``."""
+        if own is not None:
+            return await self._versions.version_of(conn, own)
+        version = await definitions.deployed_version(conn, name)
+        if version is None:
+            raise UnknownWorkflow(
+                f"unknown workflow {name!r}: no deployed version "
+                "(deploy it with `legato deploy --app module:app`, or start the "
+                "Workflow object itself)"
+            )
+        return version
+
+    @schema_explained
+    async def _start_debounced(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        debounce: Debounce,
+        connection: AsyncConnection | None,
+        shard_key: str | None,
+        fixed: Mapping[str, object],
+    ) -> RunHandle[Any]:
+        """``start(..., debounce=...)``: checked and versioned as any start, then the
+        window's run (legato/engine/debounced_start.py). ``fixed`` holds the options a
+        debounce decides itself (``idempotency_key``, ``run_id``, ``start_at``)."""
+        if not isinstance(debounce, Debounce):
+            raise InvalidArgument(f"debounce={debounce!r} must be a legato.Debounce, or None")
+        given = sorted(option for option, value in fixed.items() if value is not None)
+        if given:
+            raise InvalidArgument(
+                f"start() with debounce= takes no {', '.join(given)}: the debounce window "
+                "decides the run's id and start (drop them, or drop debounce=)"
+            )
+        _check_connection(connection)
+        name, definition = self._target(workflow)
+        payload = self._validated_input(definition, name, input)
+        shards = await self.shards()
+        shard = shards.of_key(debounce.key if shard_key is None else shard_key)
+        own = definition if isinstance(workflow, WorkflowDefinition) else None
+        if connection is not None and own is not None:
+            await self._versions.stored(self.engine, own)
+        new = runs.NewRun(
+            shards.new_run_id(shard), name, 0, payload, trace_context=tracing.capture()
+        )
+        async with start_connection(connection, self.engine.begin, self.schema) as conn:
+            version = await self._version_in(conn, own, name)
+            run_id = await start_debounced(
+                conn, shard, debounce, replace(new, workflow_version=version), datetime.now(UTC)
+            )
+        if own is not None and connection is None:
+            self._versions.remember(own, version)
+        return RunHandle(self, run_id, _typed(workflow))
 
     @schema_explained
     async def start_many(

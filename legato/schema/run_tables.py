@@ -81,6 +81,13 @@ class RunsColumns(TableColumns):
     shard = shard_col()  # migration 0011
     # The run this one reruns (Client.rerun, migration 0012); in the same key.
     rerun_of: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
+    # Started from SQL (migration 0013): the decider validates the input on the first decision.
+    input_unchecked: Column[bool] = Column(
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="started from SQL: the decider validates the input on the first decision",
+    )
 
 
 Runs = RunsColumns(
@@ -314,3 +321,24 @@ IdempotencyKeys = IdempotencyKeysColumns(
 )
 """Start idempotency; unpartitioned because a unique key on a partitioned table must
     include the partition key, which a (namespace, key) pair cannot."""
+
+
+class DebouncesColumns(TableColumns):
+    """Columns of ``debounces`` (migration 0013)."""
+
+    namespace = text_col()  # the workflow's name
+    key = text_col()
+    run_id = uuid_col()  # the run the window starts; replaced while it is pending
+    first_at = time_col(nullable=False)  # the window's first call: max_wait counts from it
+    expires_at = time_col(nullable=False)
+    shard = shard_col()  # the start's key: Shards.of_key(shard_key or debounce key)
+
+
+Debounces = DebouncesColumns(
+    "debounces",
+    PrimaryKeyConstraint("shard", "namespace", "key"),
+    # The maintenance loop's pruning of closed windows.
+    Index(None, "expires_at"),
+)
+"""The open debounce window of each (workflow, key): calls in it replace the pending
+run's input; unpartitioned, like ``idempotency_keys``, for its unique key."""

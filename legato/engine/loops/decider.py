@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.engine import hooks
 from legato.engine.decider.backoff import exponential
+from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
 from legato.engine.loops.decision_batch import (
     SpecCache,
@@ -79,6 +80,7 @@ class DeciderLoop(Loop):
         helper: DeciderLoop | None = None,
         handoff: LocalHandoff | None = None,
         restarts: RestartPolicy | None = None,
+        inputs: InputChecks | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         # No channel for the base loop: this loop subscribes itself, for the payload.
@@ -94,6 +96,7 @@ class DeciderLoop(Loop):
         self.max_retry_delay = max_retry_delay
         self.max_failures = max_failures
         self.specs = SpecCache()
+        self.inputs = inputs  # the app's input models, for runs started from SQL
         self.decided = 0
         self.takes = 0  # decide_queue takes sent (one per key and tick it was dirty)
         # A sibling loop in this process, woken when this one finds more than one run
@@ -182,7 +185,9 @@ class DeciderLoop(Loop):
                 now = datetime.now(UTC)
                 if len(claimed) >= self.batch_size and self.helper is not None:
                     self.helper.decide_now([shard])  # more may wait in this key
-                batch = await decide_runs(conn, self.shards, shard, claimed, self.specs, now)
+                batch = await decide_runs(
+                    conn, self.shards, shard, claimed, self.specs, now, self.inputs
+                )
                 await local.lease(conn, shard, batch.enqueues, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
@@ -208,7 +213,7 @@ class DeciderLoop(Loop):
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(
-                            conn, self.shards, shard, [run_id], self.specs, now
+                            conn, self.shards, shard, [run_id], self.specs, now, self.inputs
                         )
                         await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:

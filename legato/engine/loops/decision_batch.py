@@ -38,6 +38,7 @@ from legato.engine.decider.model import (
     TaskError,
     TaskRecord,
 )
+from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import (
@@ -280,9 +281,11 @@ async def decide_runs(
     run_ids: Sequence[uuid.UUID],
     specs: SpecCache,
     now: datetime,
+    inputs: InputChecks | None = None,
 ) -> Batch:
     """Lock, load, decide and apply a batch of runs of key ``shard``, in the caller's
-    transaction: one statement per table, each within the key."""
+    transaction: one statement per table, each within the key. A run started from SQL
+    whose input does not fit its model (``inputs``) fails instead of being decided."""
     locked = await runs.lock_many(conn, shard, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
@@ -304,7 +307,8 @@ async def decide_runs(
             tasks=tuple(map(_record, loaded[run.id][0])),
             signals=tuple(map(_buffered, loaded[run.id][1])),
         )
-        actions = decide(spec, snapshot, now)
+        failed = inputs.failure(run, last_seq, snapshot) if inputs is not None else None
+        actions = decide(spec, snapshot, now) if failed is None else failed
         batch.add(run, last_seq, actions)
         batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
         batch.lifecycle += relay.lifecycle_events(run.id, batch.facts[-1].first, actions)

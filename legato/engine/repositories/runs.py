@@ -60,6 +60,8 @@ class RunRow:
     created_at: datetime
     finished_at: datetime | None
     timed_out: bool = False
+    # Started from SQL: its input has not been checked against the workflow's model.
+    input_unchecked: bool = False
 
 
 # The columns every read of a run selects, in order, as typed by the schema.
@@ -76,6 +78,7 @@ _RunColumns = tuple[
     datetime,
     datetime,
     datetime,
+    bool,
 ]
 
 
@@ -93,6 +96,7 @@ def _select() -> Select[*_RunColumns]:
         Runs.created_at,
         Runs.finished_at,
         Runs.timed_out_at,
+        Runs.input_unchecked,
     )
 
 
@@ -110,6 +114,7 @@ def _row(row: tuple[*_RunColumns]) -> RunRow:
         created,
         finished,
         timed_out_at,
+        input_unchecked,
     ) = row
     return RunRow(
         id=run_id,
@@ -124,6 +129,7 @@ def _row(row: tuple[*_RunColumns]) -> RunRow:
         created_at=created,
         finished_at=finished,
         timed_out=timed_out_at is not None,
+        input_unchecked=input_unchecked,
     )
 
 
@@ -278,7 +284,7 @@ async def lock_many(
     partitions; the seq from ``run_events``' primary key (shard, run_id, seq).
     """
     result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids), "in_shard": shard})
-    return [(_row(row[:12]), row[12]) for row in result]
+    return [(_row(row[:13]), row[13]) for row in result]
 
 
 async def get(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> RunRow | None:
