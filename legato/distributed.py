@@ -45,6 +45,7 @@ RUN_TABLES = (
     "task_queue",
     "timers",
     "idempotency_keys",
+    "debounces",
     "outbox",
 )
 # Referenced by distributed tables (runs -> workflow_definitions, outbox ->

@@ -324,7 +324,7 @@ IdempotencyKeys = IdempotencyKeysColumns(
 
 
 class DebouncesColumns(TableColumns):
-    """Columns of ``debounces`` (migration 0013)."""
+    """Columns of ``debounces`` (migration 0014)."""
 
     namespace = text_col()  # the workflow's name
     key = text_col()
