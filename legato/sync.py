@@ -27,12 +27,20 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import JsonValue
 
 from legato.arguments import RunId
+from legato.bulk import Progress
 from legato.client import Client, RunHandle
 from legato.client.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL
 from legato.debounce import Debounce
 from legato.errors import ClientClosed
 from legato.flow import App, Workflow
-from legato.models import HistoryEvent, QuarantinedRun, RunDetails, RunPage
+from legato.models import (
+    BulkResult,
+    HistoryEvent,
+    QuarantinedRun,
+    RunDetails,
+    RunFilter,
+    RunPage,
+)
 from legato.schema import RunStatus
 
 In = TypeVar("In")
@@ -230,12 +238,59 @@ class SyncClient:
         *,
         workflow: str | None = None,
         status: RunStatus | None = None,
-        before: uuid.UUID | None = None,
+        before: RunId | None = None,
         limit: int = 50,
+        version: int | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        error_type: str | None = None,
+        node: str | None = None,
     ) -> RunPage:
         """``Client.list_runs``."""
         return self._call(
-            self.client.list_runs(workflow=workflow, status=status, before=before, limit=limit)
+            self.client.list_runs(
+                workflow=workflow,
+                status=status,
+                before=before,
+                limit=limit,
+                version=version,
+                created_after=created_after,
+                created_before=created_before,
+                error_type=error_type,
+                node=node,
+            )
+        )
+
+    def rerun(
+        self, run_id: RunId, from_node: str | None = None, version: str = "deployed"
+    ) -> SyncRunHandle[JsonValue]:
+        """``Client.rerun``: the new run's handle."""
+        handle = self._call(self.client.rerun(run_id, from_node=from_node, version=version))
+        return SyncRunHandle(self, handle)
+
+    def count_runs(self, where: RunFilter | None = None) -> int:
+        """``Client.count_runs``."""
+        return self._call(self.client.count_runs(where))
+
+    def bulk_cancel(self, where: RunFilter, *, progress: Progress | None = None) -> BulkResult:
+        """``Client.bulk_cancel``; ``progress`` is called on the client's loop thread."""
+        return self._call(self.client.bulk_cancel(where, progress=progress))
+
+    def bulk_resume(self, where: RunFilter, *, progress: Progress | None = None) -> BulkResult:
+        """``Client.bulk_resume``; ``progress`` is called on the client's loop thread."""
+        return self._call(self.client.bulk_resume(where, progress=progress))
+
+    def bulk_rerun(
+        self,
+        where: RunFilter,
+        *,
+        from_node: str | None = None,
+        version: str = "deployed",
+        progress: Progress | None = None,
+    ) -> BulkResult:
+        """``Client.bulk_rerun``; ``progress`` is called on the client's loop thread."""
+        return self._call(
+            self.client.bulk_rerun(where, from_node=from_node, version=version, progress=progress)
         )
 
 

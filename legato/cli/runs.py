@@ -10,8 +10,6 @@ import json
 import math
 import re
 import sys
-import uuid
-from dataclasses import fields
 from typing import Any
 
 from pydantic import JsonValue
@@ -29,28 +27,24 @@ from legato.cli import (
     shown,
 )
 from legato.cli.apps import add_app, load_app
+from legato.cli.run_filters import (
+    add_filters,
+    as_list_arguments,
+    chosen_filter,
+    parse_run_id,
+    run_id_arg,
+)
 from legato.errors import (
     ConfigurationError,
     InvalidInput,
-    InvalidRunId,
     LegatoError,
     PayloadTooLarge,
 )
 from legato.flow import InputValidationError
-from legato.models import RunFilter
 from legato.schema import RunStatus
 
 MAX_LIMIT = 1000  # Client.list_runs' page size limit
 _limit = number_in(int, 1, MAX_LIMIT, f"a number of runs (1 to {MAX_LIMIT})")
-
-
-def parse_run_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise InvalidRunId(
-            f"not a run id: {shown(value)} (run ids are UUIDs, as printed by `legato runs start`)"
-        ) from None
 
 
 MAX_JSON_DEPTH = 64
@@ -134,11 +128,8 @@ async def _runs_list(args: argparse.Namespace) -> int:
     if args.quarantined:
         return await _runs_quarantined(args)
     async with connected(args) as client:
-        chosen = runs_bulk.chosen_filter(args) or RunFilter()
         page = await client.list_runs(
-            **{f.name: getattr(chosen, f.name) for f in fields(chosen)},
-            before=args.before,
-            limit=args.limit,
+            **as_list_arguments(chosen_filter(args)), before=args.before, limit=args.limit
         )
     if not page.runs:
         print("no runs")
@@ -293,7 +284,7 @@ def register(commands: Any) -> None:
   legato runs list --created-after 2026-12-01T00:00:00+00:00 --workflow-version 3
   legato runs list --limit 20 --before 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
     )
-    runs_bulk.add_filters(listing)
+    add_filters(listing)
     listing.add_argument(
         "--limit",
         type=_limit,
@@ -308,7 +299,7 @@ def register(commands: Any) -> None:
     )
     listing.add_argument(
         "--before",
-        type=_run_id_arg,
+        type=run_id_arg,
         metavar="RUN_ID",
         help="runs older than this one (the next page)",
     )
@@ -407,10 +398,3 @@ begins. With --app the payload is validated by the wait's model.""",
     add_app(emit, required=False, what="; validates the payload")
 
     runs_bulk.register(subcommands)
-
-
-def _run_id_arg(value: str) -> uuid.UUID:
-    try:
-        return parse_run_id(value)
-    except InvalidRunId as error:
-        raise argparse.ArgumentTypeError(str(error)) from None

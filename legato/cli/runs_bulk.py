@@ -9,98 +9,18 @@ import argparse
 import contextlib
 import sys
 import uuid
-from datetime import datetime
 from typing import Any
 
 from legato.cli import command, connected, nonempty, number_in, render, seconds, shown
 from legato.cli.apps import add_app, load_app
-from legato.errors import InvalidRunId, LegatoError
+from legato.cli.run_filters import add_filters, as_list_arguments, chosen_filter, parse_run_id
+from legato.errors import LegatoError
 from legato.flow import App
 from legato.models import BulkResult, RunFilter
 from legato.rerun import VERSIONS
-from legato.schema import RunStatus
 
-_OPTION = {"version": "workflow_version"}
 SAMPLE = 10  # runs a --dry-run shows
 CONFIRM_ABOVE = 100
-# RunFilter's fields, each read from the option of that name (the version from
-# --workflow-version: a rerun's --version is the version it runs).
-_FILTERS = (
-    "workflow",
-    "version",
-    "status",
-    "created_after",
-    "created_before",
-    "error_type",
-    "node",
-)
-
-
-def parse_status(value: str) -> RunStatus:
-    try:
-        return RunStatus(value.upper())
-    except ValueError:
-        choices = ", ".join(s.value.lower() for s in RunStatus)
-        raise argparse.ArgumentTypeError(
-            f"unknown status {shown(value)} (one of {choices})"
-        ) from None
-
-
-def parse_moment(value: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        moment = None
-    if moment is None or moment.utcoffset() is None:
-        raise argparse.ArgumentTypeError(
-            f"not a time with a zone: {shown(value)} (ISO 8601, e.g. 2026-12-03T09:00:00+00:00)"
-        )
-    return moment
-
-
-def add_filters(parser: argparse.ArgumentParser) -> None:
-    """The run filters ``runs list`` and the bulk actions share (``legato.RunFilter``)."""
-    parser.add_argument(
-        "--workflow", type=nonempty, metavar="NAME", help="only runs of this workflow"
-    )
-    parser.add_argument(
-        "--workflow-version",
-        type=number_in(int, 1, 2**31 - 1, "a workflow version (1 or more)"),
-        metavar="N",
-        help="only runs of this version of the workflow",
-    )
-    parser.add_argument(
-        "--status",
-        type=parse_status,
-        metavar="STATUS",
-        help="only runs in this status: running, succeeded, failed, cancelled, timed_out",
-    )
-    parser.add_argument(
-        "--created-after", type=parse_moment, metavar="TIME", help="only runs created from TIME"
-    )
-    parser.add_argument(
-        "--created-before", type=parse_moment, metavar="TIME", help="only runs created before TIME"
-    )
-    parser.add_argument(
-        "--error-type",
-        type=nonempty,
-        metavar="TYPE",
-        help="only runs whose error has this type (e.g. ValueError)",
-    )
-    parser.add_argument(
-        "--node",
-        type=nonempty,
-        metavar="NODE",
-        help="only runs where this node failed or timed out and never completed",
-    )
-
-
-def chosen_filter(args: argparse.Namespace) -> RunFilter | None:
-    """The filter the options give; None when none is given."""
-    given = {name: getattr(args, _OPTION.get(name, name)) for name in _FILTERS}
-    if all(value is None for value in given.values()):
-        return None
-    return RunFilter(**given)
 
 
 def _target(args: argparse.Namespace) -> tuple[uuid.UUID | None, RunFilter | None]:
@@ -116,13 +36,7 @@ def _target(args: argparse.Namespace) -> tuple[uuid.UUID | None, RunFilter | Non
         )
     if args.run_id is None:
         return None, chosen
-    try:
-        return uuid.UUID(args.run_id), None
-    except ValueError:
-        raise InvalidRunId(
-            f"not a run id: {shown(args.run_id)} (run ids are UUIDs, as printed by "
-            "`legato runs start`)"
-        ) from None
+    return parse_run_id(args.run_id), None
 
 
 def _app(args: argparse.Namespace) -> App | None:
@@ -169,9 +83,7 @@ async def _bulk(args: argparse.Namespace, chosen: RunFilter) -> int:
             print("no runs match")
             return 0
         if args.dry_run:
-            page = await client.list_runs(
-                **{name: getattr(chosen, name) for name in _FILTERS}, limit=SAMPLE
-            )
+            page = await client.list_runs(**as_list_arguments(chosen), limit=SAMPLE)
             print(f"{total} runs match; {args.action} would act on them (dry run: nothing done)")
             for line in render.runs_table(page.runs):
                 print(line)

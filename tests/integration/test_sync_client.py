@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -12,8 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from examples.signup import Active, Confirmed, Signup, app, signup
 from legato import (
     ClientClosed,
+    InvalidArgument,
     InvalidInput,
     RunFailed,
+    RunFilter,
     RunNotFound,
     RunStatus,
     Runtime,
@@ -21,6 +24,7 @@ from legato import (
 )
 from legato.engine.repositories import decide_queue
 from legato.schema import DEFAULT_SHARD_COUNT, Shards, uuid7
+from tests.integration import rerun_apps
 
 THREADS = 8
 SHARDS = Shards(DEFAULT_SHARD_COUNT)
@@ -118,3 +122,50 @@ async def test_the_sync_client_lists_and_resumes_quarantined_runs(
         assert await asyncio.to_thread(client.list_quarantined) == []
     finally:
         await asyncio.to_thread(client.close)
+
+
+async def test_the_sync_client_reruns_counts_and_acts_by_filter(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    # The blocking face of Client.rerun, count_runs and the bulk actions: the same
+    # results and the same typed errors, the progress called once a run.
+    originals = await rerun_apps.fail_runs(engine, 3)
+
+    def scenario() -> None:
+        with SyncClient(database_url, app=rerun_apps.fixed) as client:
+            assert client.deploy(rerun_apps.fixed) == {"orders": 2}
+            failed = RunFilter(workflow="orders", status=RunStatus.FAILED, node="price")
+            assert client.count_runs(failed) == 3
+            assert client.count_runs() == 3
+            page = client.list_runs(version=1, error_type="ValueError", node="price", limit=10)
+            assert {run.id for run in page.runs} == set(originals)
+            assert client.list_runs(version=2).runs == []
+            one = client.rerun(originals[0], from_node="price", version="deployed")
+            assert one.result(timeout=60) == 1
+            assert client.get_run(one.run_id).rerun_of == originals[0]
+            seen: list[int] = []
+            done = client.bulk_rerun(
+                failed, from_node="price", progress=lambda r: seen.append(r.matched)
+            )
+            assert (done.matched, done.done, done.skipped, done.failed) == (3, 2, 1, 0)
+            assert seen == [1, 2, 3]
+            for original in originals:  # every rerun finished: none is RUNNING below
+                assert client.result(
+                    client.get_run(original).reruns[0], timeout=60
+                ) == 1 + 10 * originals.index(original)
+            with pytest.raises(
+                InvalidArgument, match=r"where='orders' must be a legato\.RunFilter"
+            ):
+                client.bulk_cancel("orders")  # type: ignore[arg-type]
+            with pytest.raises(RunNotFound):
+                client.rerun(uuid7())
+            pending = client.start("orders", 7, start_at=datetime.now(UTC) + timedelta(hours=1))
+            waiting = RunFilter(workflow="orders", status=RunStatus.RUNNING)
+            cancelled = client.bulk_cancel(waiting)
+            assert (cancelled.matched, cancelled.done) == (1, 1)
+            assert client.get_run(pending.run_id).run.cancel_requested
+            resumed = client.bulk_resume(waiting)
+            assert (resumed.matched, resumed.done, resumed.skipped) == (1, 0, 1)
+
+    async with Runtime(engine, rerun_apps.fixed, poll_interval=0.1, grace_period=5):
+        await asyncio.to_thread(scenario)
