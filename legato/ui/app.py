@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 from legato.arguments import as_run_id
 from legato.client import Client
 from legato.engine.repositories import definitions, stats, ui_queries
-from legato.enums import FINAL_EVENT_TYPES
+from legato.enums import FINAL_EVENT_TYPES, RunStatus
 from legato.errors import (
     InvalidArgument,
     InvalidInput,
@@ -190,13 +190,7 @@ class Dashboard:
         elif wanted.search_key is not None:
             key = wanted.search_key
             ids = tuple(await self.read(lambda c: ui_queries.runs_with_key(c, key)))
-        query = ui_queries.RunQuery(
-            workflow_name=wanted.workflow,
-            status=wanted.status,
-            id_from=wanted.id_from,
-            id_to=wanted.id_to,
-            ids=ids,
-        )
+        query = ui_queries.RunQuery(chosen=wanted.chosen, ids=ids)
         rows: list[ui_queries.RunListRow] = await self.read(
             lambda c: ui_queries.list_runs(c, query, wanted.before, wanted.limit + 1)
         )
@@ -209,7 +203,7 @@ class Dashboard:
             filter=wanted,
             older=older,
             workflows=sorted({v.name for v in versions}),
-            statuses=["RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"],
+            statuses=[status.value for status in RunStatus],
         )
 
     async def run(self, request: Request) -> Response:

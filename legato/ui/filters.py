@@ -1,43 +1,40 @@
 """The runs list's query string, parsed and checked: a bad value is an ``InvalidArgument``
-naming the parameter and what it accepts (the dashboard answers 400 with it)."""
+naming the parameter and what it accepts (the dashboard answers 400 with it). Its
+criteria are those of ``legato runs list`` (a ``legato.RunFilter``), plus the search
+box and the page."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from legato.errors import InvalidArgument, InvalidRunId
 from legato.limits import check_idempotency_key, check_name
-from legato.schema import RunStatus, uuid7_bound
+from legato.models import RunFilter
+from legato.schema import RunStatus
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
-KNOWN = frozenset({"workflow", "status", "from", "to", "q", "before", "limit"})
+MAX_VERSION = 2**31 - 1
+KNOWN = frozenset(
+    {"workflow", "version", "status", "from", "to", "error_type", "node", "q", "before", "limit"}
+)
 
 
 @dataclass(frozen=True)
-class RunFilter:
-    workflow: str | None = None
-    status: RunStatus | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
+class RunsListQuery:
+    """What the runs list shows: the runs ``chosen`` picks (``from``/``to`` are its
+    ``created_after``/``created_before``), narrowed by the search box, a page of them."""
+
+    chosen: RunFilter = field(default_factory=RunFilter)
     search_id: uuid.UUID | None = None
     search_key: str | None = None
     before: uuid.UUID | None = None
     limit: int = DEFAULT_LIMIT
     raw: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def id_from(self) -> uuid.UUID | None:
-        """The time range as ids: a UUIDv7 starts with its creation time in ms."""
-        return None if self.created_from is None else uuid7_bound(_ms(self.created_from))
-
-    @property
-    def id_to(self) -> uuid.UUID | None:
-        return None if self.created_to is None else uuid7_bound(_ms(self.created_to))
 
     def given(self, key: str) -> str:
         """The value the query string gave ``key`` ("" if none), to refill the form."""
@@ -54,10 +51,6 @@ class RunFilter:
         return urlencode(values)
 
 
-def _ms(value: datetime) -> int:
-    return int(value.timestamp() * 1000)
-
-
 def _time(name: str, value: str) -> datetime:
     """ISO 8601 (a ``<input type=datetime-local>`` sends ``2025-01-31T09:30``); a time
     without a zone is UTC."""
@@ -71,7 +64,14 @@ def _time(name: str, value: str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def parse_filter(params: Mapping[str, str]) -> RunFilter:
+def _whole(name: str, text: str, high: int) -> int:
+    # isdigit() alone takes "²", which int() refuses; 12 digits are past every bound.
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not 1 <= int(text) <= high:
+        raise InvalidArgument(f"{name}={text[:40]!r} must be a whole number from 1 to {high}")
+    return int(text)
+
+
+def parse_filter(params: Mapping[str, str]) -> RunsListQuery:
     """The filter a runs-list query string asks for; empty values mean "any"."""
     unknown = sorted(set(params) - KNOWN)
     if unknown:
@@ -97,14 +97,13 @@ def parse_filter(params: Mapping[str, str]) -> RunFilter:
         raise InvalidArgument(
             f"to={given['to']!r} is not after from={given['from']!r}: the range is empty"
         )
-    limit = DEFAULT_LIMIT
-    if "limit" in given:
-        text = given["limit"]
-        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-            raise InvalidArgument(
-                f"limit={text[:40]!r} must be a whole number from 1 to {MAX_LIMIT}"
-            )
-        limit = int(text)
+    version = _whole("version", given["version"], MAX_VERSION) if "version" in given else None
+    error_type, node = given.get("error_type"), given.get("node")
+    if error_type is not None:
+        check_name("error_type", error_type, InvalidArgument)
+    if node is not None:
+        check_name("node", node, InvalidArgument)
+    limit = _whole("limit", given["limit"], MAX_LIMIT) if "limit" in given else DEFAULT_LIMIT
     before = None
     if "before" in given:
         try:
@@ -120,11 +119,17 @@ def parse_filter(params: Mapping[str, str]) -> RunFilter:
             search_id = uuid.UUID(given["q"])
         except ValueError:
             search_key = check_idempotency_key(given["q"], InvalidArgument)
-    return RunFilter(
+    chosen = RunFilter(
         workflow=workflow,
+        version=version,
         status=status,
-        created_from=created_from,
-        created_to=created_to,
+        created_after=created_from,
+        created_before=created_to,
+        error_type=error_type,
+        node=node,
+    )
+    return RunsListQuery(
+        chosen=chosen,
         search_id=search_id,
         search_key=search_key,
         before=before,

@@ -55,3 +55,43 @@ async def test_the_rerun_button_and_the_links_both_ways(engine: AsyncEngine) -> 
             assert 'id="rerun"' not in page.text  # it is running: nothing to rerun yet
             page = await web.get(f"/runs/{original}")
             assert re.search(rf'id="reruns">rerun as <a [^>]*href="/runs/{rerun}"', page.text)
+
+
+async def test_the_runs_list_filters_as_runs_list_does(engine: AsyncEngine) -> None:
+    # The dashboard's criteria are legato runs list's: version, error type, the node that
+    # failed, the time range; each page shows exactly the runs Client.list_runs chooses.
+    failed = set(await apps.fail_runs(engine, 2))
+    async with Client(engine) as client:
+        await client.deploy(apps.fixed)
+        pending = (await client.start("orders", 9)).run_id  # no runtime: RUNNING, version 2
+        async with http(create_app(client)) as web:
+
+            async def shown(**params: str) -> set[str]:
+                page = await web.get("/", params=params)
+                assert page.status_code == 200, page.text
+                return set(re.findall(r'data-run="([0-9a-f-]{36})"', page.text))
+
+            every = {str(run_id) for run_id in (*failed, pending)}
+            assert await shown() == every
+            assert await shown(version="1") == {str(run_id) for run_id in failed}
+            assert await shown(version="2") == {str(pending)}
+            assert await shown(error_type="ValueError", node="price") == every - {str(pending)}
+            assert await shown(error_type="KeyError") == set()
+            assert await shown(node="fetch") == set()  # fetch completed in every run
+            assert await shown(status="timed_out") == set()
+            listed = await client.list_runs(version=1, error_type="ValueError", node="price")
+            assert {str(run.id) for run in listed.runs} == await shown(
+                version="1", error_type="ValueError", node="price"
+            )
+            page = await web.get("/", params={"node": "price", "version": "1"})
+            assert 'name="node" value="price"' in page.text  # the form keeps what was asked
+            for params, says in [
+                ({"version": "0"}, "version=&#39;0&#39; must be a whole number from 1 to"),
+                ({"version": "²"}, "must be a whole number"),
+                ({"version": "9" * 40}, "must be a whole number"),
+                ({"limit": "²"}, "limit=&#39;²&#39; must be a whole number"),
+                ({"node": "x" * 300}, "node"),
+                ({"error_type": "a\x00b"}, "error_type"),
+            ]:
+                refused = await web.get("/", params=params)
+                assert refused.status_code == 400 and says in refused.text, (params, refused.text)

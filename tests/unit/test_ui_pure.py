@@ -4,14 +4,15 @@ and the refusal to serve beyond loopback without a token."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from examples.orders import orders
 from legato.cli.ui import check_exposure, is_loopback
 from legato.errors import ConfigurationError, InvalidArgument, InvalidRunId
-from legato.schema import RunStatus, TaskState, uuid7, uuid7_time_ms
+from legato.models import RunFilter
+from legato.schema import RunStatus, TaskState, uuid7
 from legato.ui.filters import MAX_LIMIT, parse_filter
 from legato.ui.graph import PENDING, node_states, render_svg
 
@@ -21,27 +22,33 @@ def test_filter_parses_every_field() -> None:
     wanted = parse_filter(
         {
             "workflow": "orders",
+            "version": "3",
             "status": "running",
             "from": "2025-01-31T09:30",
             "to": "2025-02-01T00:00+02:00",
+            "error_type": "ValueError",
+            "node": "charge",
             "before": str(run_id),
             "limit": "10",
             "q": "",
         }
     )
-    assert wanted.workflow == "orders"
-    assert wanted.status is RunStatus.RUNNING
-    assert wanted.created_from == datetime(2025, 1, 31, 9, 30, tzinfo=UTC)
+    # The criteria of `legato runs list`: a legato.RunFilter, times without a zone in UTC.
+    assert wanted.chosen == RunFilter(
+        workflow="orders",
+        version=3,
+        status=RunStatus.RUNNING,
+        created_after=datetime(2025, 1, 31, 9, 30, tzinfo=UTC),
+        created_before=datetime(2025, 2, 1, tzinfo=timezone(timedelta(hours=2))),
+        error_type="ValueError",
+        node="charge",
+    )
     assert wanted.before == run_id and wanted.limit == 10
     assert wanted.search_id is None and wanted.search_key is None
-    # The time range is an id range: a UUIDv7 made at a time sorts inside it.
-    assert wanted.id_from is not None and wanted.id_to is not None
-    inside = uuid7(int(datetime(2025, 1, 31, 12, tzinfo=UTC).timestamp() * 1000))
-    assert wanted.id_from <= inside < wanted.id_to
-    assert uuid7_time_ms(wanted.id_from) == int(wanted.created_from.timestamp() * 1000)
     # Paging keeps the filter and replaces the cursor.
     assert "before" not in dict(wanted.raw)
     assert "workflow=orders" in wanted.query_string(before="x")
+    assert parse_filter({}).chosen == RunFilter()
 
 
 def test_search_is_a_run_id_or_an_idempotency_key() -> None:
@@ -56,6 +63,11 @@ def test_search_is_a_run_id_or_an_idempotency_key() -> None:
         ({"limit": str(MAX_LIMIT + 1)}, InvalidArgument, "from 1 to"),
         ({"limit": "0"}, InvalidArgument, "from 1 to"),
         ({"limit": "ten"}, InvalidArgument, "'ten'"),
+        ({"limit": "\u00b2"}, InvalidArgument, "from 1 to"),
+        ({"version": "0"}, InvalidArgument, "version='0' must be a whole number from 1 to"),
+        ({"version": "1" * 13}, InvalidArgument, "version="),
+        ({"node": "x" * 300}, InvalidArgument, "node"),
+        ({"error_type": "a\x00b"}, InvalidArgument, "error_type"),
         ({"status": "done"}, InvalidArgument, "'done' is not a run status"),
         ({"from": "soon"}, InvalidArgument, "'soon' is not a time"),
         ({"from": "2025-01-02", "to": "2025-01-01"}, InvalidArgument, "range is empty"),

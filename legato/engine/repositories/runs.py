@@ -369,7 +369,7 @@ async def list_runs(
     the ids, so it prunes months); a node filter probes each run's attempts by the
     tasks' unique (shard, run_id, node_id, ...) index.
     """
-    conditions = _chosen(chosen)
+    conditions = conditions_of(chosen)
     if before is not None:
         conditions.append(Runs.id < before)
     statement = _select().order_by(Runs.id.desc()).limit(limit)
@@ -383,13 +383,15 @@ async def count_runs(conn: AsyncConnection, chosen: RunFilter) -> int:
     cancel|rerun|resume`` by filter: the count a ``--dry-run`` prints and the
     confirmation asks about). The indexes of :func:`list_runs`."""
     statement = select(func.count()).select_from(Runs.table)
-    conditions = _chosen(chosen)
+    conditions = conditions_of(chosen)
     if conditions:
         statement = statement.where(and_(*conditions))
     return int((await conn.execute(fan_out(statement))).scalar_one())
 
 
-def _chosen(chosen: RunFilter) -> list[ColumnElement[bool]]:
+def conditions_of(chosen: RunFilter) -> list[ColumnElement[bool]]:
+    """The conditions on ``runs`` that ``chosen`` sets (its statements here and the
+    dashboard's runs list, ``ui_queries.list_runs``)."""
     conditions: list[ColumnElement[bool]] = []
     if chosen.workflow is not None:
         conditions.append(Runs.workflow_name == chosen.workflow)

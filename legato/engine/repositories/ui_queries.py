@@ -12,15 +12,17 @@ counts are fan-outs across keys, never on a hot path.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import JsonValue
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories import runs
 from legato.engine.repositories.params import fan_out, in_array, uuid_array
 from legato.engine.repositories.tasks import TASK_ROW_COLUMNS, TaskRow
+from legato.models import RunFilter
 from legato.schema import (
     DecideQueue,
     IdempotencyKeys,
@@ -49,12 +51,10 @@ class RunListRow:
 
 @dataclass(frozen=True)
 class RunQuery:
-    """A runs-list filter; ``id_from``/``id_to`` are UUIDv7 bounds of the time range."""
+    """A runs-list filter: the runs ``chosen`` picks (the criteria of ``Client.list_runs``),
+    among ``ids`` when the search box names some."""
 
-    workflow_name: str | None = None
-    status: RunStatus | None = None
-    id_from: uuid.UUID | None = None
-    id_to: uuid.UUID | None = None
+    chosen: RunFilter = field(default_factory=RunFilter)
     ids: tuple[uuid.UUID, ...] | None = None
 
 
@@ -64,18 +64,12 @@ async def list_runs(
     """Fan-out across shard keys: runs newest first, keyset-paginated by id over every key,
     each with its parent and whether it is quarantined (the dashboard's runs list).
 
-    Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active`` for
-    RUNNING, else the primary keys of the partitions inside the id range; each page's rows
-    are joined to ``decide_queue`` through its primary key."""
-    conditions = []
-    if query.workflow_name is not None:
-        conditions.append(Runs.workflow_name == query.workflow_name)
-    if query.status is not None:
-        conditions.append(Runs.status == query.status)
-    if query.id_from is not None:
-        conditions.append(Runs.id >= query.id_from)
-    if query.id_to is not None:
-        conditions.append(Runs.id < query.id_to)
+    Its criteria are those of ``runs.list_runs`` (``runs.conditions_of``) and so are its
+    indexes: ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active`` for
+    RUNNING, else the primary keys of the partitions inside the id range, a node filter
+    probing each run's attempts by the tasks' unique index; each page's rows are joined
+    to ``decide_queue`` through its primary key."""
+    conditions = runs.conditions_of(query.chosen)
     if query.ids is not None:
         conditions.append(in_array(Runs.id, uuid_array("ids", query.ids)))
     if before is not None:
