@@ -130,11 +130,16 @@ def check_after_seq(after_seq: object) -> int:
     return after_seq
 
 
+MAX_INT_ARGUMENT = 2**31 - 1  # the columns they are compared with are PostgreSQL ints
+
+
 def check_int_argument(option: str, value: object, least: int) -> int:
-    """An int argument of a call (an iteration, an attempt): ``InvalidArgument`` unless
-    it is an int of at least ``least``."""
-    if not _is_int(value) or value < least:
-        raise InvalidArgument(f"{option}={value!r} must be an int >= {least}")
+    """An int argument of a call (an iteration, an attempt, a version): ``InvalidArgument``
+    unless it is an int from ``least`` to ``MAX_INT_ARGUMENT``."""
+    if not _is_int(value) or not least <= value <= MAX_INT_ARGUMENT:
+        raise InvalidArgument(
+            f"{option}={value!r} must be an int >= {least}, at most {MAX_INT_ARGUMENT}"
+        )
     return value
 
 

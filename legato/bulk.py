@@ -86,6 +86,17 @@ def checked_filter(where: object) -> RunFilter:
     return run_filter(**{f.name: getattr(where, f.name) for f in fields(where)})
 
 
+def action_filter(where: object, action: Action) -> RunFilter:
+    """A bulk action's ``where``: a checked ``RunFilter``, never None (which would act on
+    every run by accident; ``RunFilter()`` says so on purpose)."""
+    if where is None:
+        raise InvalidArgument(
+            f"bulk_{action}(where=None): pass a legato.RunFilter that chooses the runs "
+            "(RunFilter() chooses every run)"
+        )
+    return checked_filter(where)
+
+
 async def count(engine: AsyncEngine, chosen: RunFilter) -> int:
     """How many runs ``chosen`` chooses now (a fan-out across keys)."""
     async with engine.connect() as conn:
@@ -104,6 +115,10 @@ async def act(
     page: int = PAGE,
 ) -> BulkResult:
     """Apply ``action`` to every run ``chosen`` chooses, page by page; the counts."""
+    if progress is not None and not callable(progress):
+        raise InvalidArgument(
+            f"progress={progress!r} must be a callable taking a legato.BulkResult, or None"
+        )
     options = rerun_options or RerunOptions()
     specs = specs or Specs()
     result = BulkResult()

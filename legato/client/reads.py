@@ -168,11 +168,15 @@ class RunReads(ClientBase):
 
     @schema_explained
     async def history(self, run_id: RunId, after_seq: int = 0) -> list[HistoryEvent]:
-        """A run's history events after ``after_seq`` (at most 10,000; page on by seq)."""
+        """A run's history events after ``after_seq`` (at most 10,000; page on by seq).
+        Raises ``RunNotFound`` for an unknown run (a run has at least one event, so
+        only an empty page is checked)."""
         run_id = as_run_id(run_id)
         seq = check_after_seq(after_seq)
         shard = await self._shard_of(run_id)
         page = await self._read(lambda conn: run_events.history(conn, shard, run_id, seq))
+        if not page and await self._read(lambda conn: runs.get(conn, shard, run_id)) is None:
+            raise RunNotFound(f"no run {run_id}")
         return [event_from_row(row) for row in page]
 
     @schema_explained

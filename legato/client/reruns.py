@@ -58,7 +58,7 @@ class RunReruns(RunReads):
         return await bulk.act(
             self.engine,
             await self.shards(),
-            bulk.checked_filter(where),
+            bulk.action_filter(where, "cancel"),
             "cancel",
             progress=progress,
         )
@@ -71,7 +71,7 @@ class RunReruns(RunReads):
         return await bulk.act(
             self.engine,
             await self.shards(),
-            bulk.checked_filter(where),
+            bulk.action_filter(where, "resume"),
             "resume",
             progress=progress,
         )
@@ -90,7 +90,7 @@ class RunReruns(RunReads):
         return await bulk.act(
             self.engine,
             await self.shards(),
-            bulk.checked_filter(where),
+            bulk.action_filter(where, "rerun"),
             "rerun",
             rerun_options=bulk.RerunOptions(_node(from_node), check_version(version)),
             specs=Specs(self.app),

@@ -218,8 +218,8 @@ def workflow(name: str, *, execution_timeout: timedelta | None = None) -> _Workf
     ``execution_timeout`` bounds a run: past it, pending work is cancelled and the run
     finishes ``TIMED_OUT`` (docs/flows.md, "Run timeout").
     """
-    if not name:
-        raise SpecError("a workflow needs a non-empty name")
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"a workflow needs a non-empty name, a str: got {name!r}")
     if execution_timeout is not None:
         _timeout_seconds(name, execution_timeout)
     return _WorkflowDecorator(name, execution_timeout)

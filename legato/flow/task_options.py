@@ -63,6 +63,8 @@ def _check_retry(retry: Retry) -> None:
         value = getattr(retry, option)
         if not isinstance(value, timedelta) or not timedelta(0) <= value <= MAX_DURATION:
             raise fail(option, f"must be a datetime.timedelta from 0 to {MAX_DURATION.days} days")
+    if retry.max_backoff < retry.backoff:
+        raise fail("max_backoff", f"must be at least backoff={retry.backoff!r}, the first wait")
     if not _is_number(retry.multiplier) or not 1 <= retry.multiplier <= MAX_BACKOFF_MULTIPLIER:
         raise fail(
             "multiplier", f"must be a finite number >= 1, at most {MAX_BACKOFF_MULTIPLIER:g}"

@@ -26,6 +26,8 @@ from legato import (
     InvalidRunId,
     LegatoError,
     Node,
+    RunFilter,
+    RunNotFound,
     TaskContext,
     migrations,
     task,
@@ -356,6 +358,42 @@ JUNK_CLIENT_CALLS: dict[str, tuple[type[LegatoError], str, ClientCall]] = {
         InvalidRunId,
         "run id 'x' is not a UUID",
         lambda c, _: c.list_runs(before="x"),
+    ),
+    "list_runs version past int": (
+        InvalidArgument,
+        "version=100000000000000000000 must be an int >= 1, at most 2147483647",
+        lambda c, _: c.list_runs(version=10**20),
+    ),
+    "count_runs version past int": (
+        InvalidArgument,
+        "version=2147483648 must be an int >= 1, at most 2147483647",
+        lambda c, _: c.count_runs(RunFilter(version=2**31)),
+    ),
+    "history of an unknown run": (
+        RunNotFound,
+        "no run 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f",
+        lambda c, _: c.history("01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f"),
+    ),
+    # None is not "every run": a bulk action on every run is asked for with RunFilter().
+    "bulk_cancel None": (
+        InvalidArgument,
+        "bulk_cancel(where=None): pass a legato.RunFilter",
+        lambda c, _: c.bulk_cancel(None),  # type: ignore[arg-type]
+    ),
+    "bulk_resume None": (
+        InvalidArgument,
+        "bulk_resume(where=None)",
+        lambda c, _: c.bulk_resume(None),  # type: ignore[arg-type]
+    ),
+    "bulk_rerun None": (
+        InvalidArgument,
+        "bulk_rerun(where=None)",
+        lambda c, _: c.bulk_rerun(None),  # type: ignore[arg-type]
+    ),
+    "bulk_cancel progress junk": (
+        InvalidArgument,
+        "progress='x' must be a callable taking a legato.BulkResult",
+        lambda c, _: c.bulk_cancel(RunFilter(), progress="x"),  # type: ignore[arg-type]
     ),
 }
 

@@ -223,6 +223,10 @@ def test_output_limit_and_unstorable_outputs_fail_without_retry() -> None:
         ({"backoff": timedelta(seconds=-1)}, "Retry(backoff="),
         ({"backoff": 5}, "Retry(backoff=5): backoff must be a datetime.timedelta"),
         ({"max_backoff": timedelta(seconds=-1)}, "Retry(max_backoff="),
+        (
+            {"backoff": timedelta(minutes=10), "max_backoff": timedelta(seconds=1)},
+            "max_backoff must be at least backoff=datetime.timedelta(seconds=600)",
+        ),
         ({"multiplier": 0.5}, "Retry(multiplier=0.5): multiplier must be a finite number >= 1"),
         ({"multiplier": float("inf")}, "Retry(multiplier=inf)"),
         ({"jitter": 1.5}, "Retry(jitter=1.5): jitter must be a fraction"),
@@ -276,6 +280,11 @@ def test_a_workflow_with_a_bad_name_is_refused_when_defined() -> None:
     for bad in ["", "w" * 201, "nul\x00", "new\nline"]:
         with pytest.raises(SpecError, match="name"):
             workflow(bad)(body)
+    for junk in [5, None, b"w"]:  # named when it is not a str, before the body is read
+        with pytest.raises(
+            SpecError, match=f"a workflow needs a non-empty name, a str: got {junk!r}"
+        ):
+            workflow(junk)  # type: ignore[arg-type]
 
 
 def test_a_10000_character_event_name_is_refused_when_the_workflow_is_defined() -> None:
