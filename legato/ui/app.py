@@ -46,7 +46,7 @@ from legato.errors import (
 )
 from legato.models import HistoryEvent
 from legato.ui import graph, timeline, views
-from legato.ui.filters import parse_filter
+from legato.ui.filters import is_whole_number, parse_filter
 from legato.ui.live import Live
 from legato.ui.security import (
     CSRF_COOKIE,
@@ -234,7 +234,7 @@ class Dashboard:
             if found is None:
                 raise RunNotFound(f"run {run_id} has no attempt {task_id}")
             value = found[0] if which == "input" else found[1]
-        elif of.startswith("event:") and of[6:].isdigit():
+        elif of.startswith("event:") and is_whole_number(of[6:]):
             seq = int(of[6:])
             events = [e for e in details.history if e.seq == seq]
             if not events:
@@ -252,7 +252,7 @@ class Dashboard:
         the last seq it saw) or ``?after=``, then each new event as it is appended."""
         run_id = as_run_id(request.path_params["run_id"])
         resume = request.headers.get("last-event-id") or request.query_params.get("after", "0")
-        if not resume.isdigit() or len(resume) > 18:
+        if not is_whole_number(resume) or len(resume) > 18:
             raise InvalidArgument(
                 f"after={resume[:40]!r} must be a history seq: a whole number >= 0"
             )
@@ -300,7 +300,7 @@ class Dashboard:
     async def workflow(self, request: Request) -> Response:
         name = request.path_params["name"]
         text = request.path_params["version"]
-        if not text.isdigit() or len(text) > 9:
+        if not is_whole_number(text) or len(text) > 9:
             raise InvalidArgument(f"version {text[:40]!r} must be a whole number, e.g. 1")
         stored = await self.spec(name, int(text))
         if stored is None:

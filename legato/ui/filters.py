@@ -64,9 +64,14 @@ def _time(name: str, value: str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+def is_whole_number(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` alone takes "²", which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _whole(name: str, text: str, high: int) -> int:
-    # isdigit() alone takes "²", which int() refuses; 12 digits are past every bound.
-    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not 1 <= int(text) <= high:
+    # 12 digits are past every bound.
+    if not is_whole_number(text) or len(text) > 12 or not 1 <= int(text) <= high:
         raise InvalidArgument(f"{name}={text[:40]!r} must be a whole number from 1 to {high}")
     return int(text)
 

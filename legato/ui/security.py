@@ -113,7 +113,7 @@ def host_of(value: str | None) -> str | None:
         address, _, port = text.partition(":")
         host = address if _NAME.fullmatch(address) else None
         port = f":{port}" if port else ""
-    if port and not (port.startswith(":") and port[1:].isdigit()):
+    if port and not (port.startswith(":") and port[1:].isascii() and port[1:].isdigit()):
         return None
     return host
 

@@ -172,6 +172,9 @@ async def test_token_is_required_when_set(client: Client) -> None:
         ("/?workflow=" + "w" * 300, 400, "workflow"),
         ("/?nonsense=1", 400, "unknown parameter"),
         ("/workflows/signup/abc", 400, "whole number"),
+        ("/workflows/signup/%C2%B2", 400, "whole number"),  # "²": a digit to isdigit(), not int()
+        ("/?limit=%C2%B2", 400, "limit"),
+        ("/?version=0", 400, "version"),
         ("/workflows/nope/1", 404, "no stored version"),
         ("/no/such/page", 404, "no page"),
         (f"/runs/{uuid.uuid4()}/events", 404, "no run"),
@@ -191,8 +194,13 @@ async def test_bad_input_on_a_run(client: Client) -> None:
         for of, says in [("nothing", "ask for input"), ("task:zzz:input", "not a task id")]:
             response = await web.get(f"/runs/{handle.run_id}/payload", params={"of": of})
             assert response.status_code == 400 and says in response.text
+        for of, says in [("event:\u00b2", "ask for input"), ("event:" + "9" * 30, "no history")]:
+            response = await web.get(f"/runs/{handle.run_id}/payload", params={"of": of})
+            assert response.status_code in (400, 404) and says in response.text, response.text
         events = await web.get(f"/runs/{handle.run_id}/events", headers={"last-event-id": "x"})
         assert events.status_code == 400
+        superscript = await web.get(f"/runs/{handle.run_id}/events", params={"after": "\u00b2"})
+        assert superscript.status_code == 400 and "must be a history seq" in superscript.text
         get_cancel = await web.get(f"/runs/{handle.run_id}/cancel")
         assert get_cancel.status_code == 405
 
