@@ -396,6 +396,25 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
         2,
     ),
     "list empty --node": (("runs", "list", "--node", ""), ("--node",), 2),
+    "list --workflow-version past int": (
+        ("runs", "list", "--workflow-version", str(2**31)),
+        ("--workflow-version", "'2147483648'"),
+        2,
+    ),
+    "list --limit superscript": (("runs", "list", "--limit", "\u00b2"), ("--limit", "'²'"), 2),
+    "webhooks remove superscript": (("webhooks", "remove", "\u00b2"), ("not an id", "'²'"), 2),
+    "outbox show huge id": (("outbox", "show", "9" * 30), ("not an id",), 2),
+    "cancel --confirm-above huge": (
+        ("runs", "cancel", "--workflow", "signup", "--confirm-above", "9" * 30),
+        ("--confirm-above",),
+        2,
+    ),
+    "rerun --from with NUL": (("runs", "rerun", "{run}", "--from", "a\x00b"), ("NUL",), 2),
+    "start --shard-key too long": (
+        ("runs", "start", "signup", "--input", EMAIL, "--shard-key", "k" * 300),
+        ("shard_key",),
+        1,
+    ),
     "list long --error-type": (
         ("runs", "list", "--error-type", "x" * 300),
         ("error_type",),
