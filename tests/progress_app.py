@@ -78,7 +78,7 @@ async def overreach(ctx: TaskContext, steps: Steps) -> int:
     return written + 1
 
 
-@task(retry=Retry(attempts=3, backoff=timedelta(milliseconds=100)), heartbeat=None)
+@task(retry=Retry(attempts=3, backoff=timedelta(milliseconds=100)))
 async def hang_first(ctx: TaskContext, steps: Steps) -> int:
     for step in range(steps.count):
         await ctx.progress({"attempt": ctx.attempt, "step": step})

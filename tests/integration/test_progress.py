@@ -6,6 +6,8 @@ stays within the run's shard key."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -17,8 +19,11 @@ from legato import Client, InvalidArgument, ProgressEntry, RunNotFound, Runtime,
 from legato.progress import MAX_ATTEMPT_BYTES, MAX_ENTRY_BYTES
 from legato.schema import uuid7
 from legato.schema.tables import RunProgress
+from legato.ui import create_app
 from tests import progress_app
+from tests.helpers import run_legato
 from tests.integration.test_shard_statements import Sent, _check, recorded
+from tests.integration.test_ui_http import http
 from tests.progress_app import Steps, app, gated_flow, overreach_flow, report_flow
 
 
@@ -121,3 +126,49 @@ async def test_the_sync_client_streams_a_run_to_its_end(
     async with Runtime(engine, app, poll_interval=0.1):
         values = await asyncio.to_thread(scenario)
     assert values == [{"step": 1, "of": 2}, "done ", "now"]
+
+
+async def test_legato_runs_stream_prints_each_entry_after_the_cursor(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    async with Client(engine, app=app) as client, Runtime(engine, app, poll_interval=0.1):
+        handle = await client.start(report_flow, Steps(count=2))
+        await handle.result(timeout=30)
+        node = (await _all(client, handle.run_id))[0].node_id
+    outcome = await run_legato(
+        "runs", "stream", str(handle.run_id), "--after", "1", database_url=database_url
+    )
+    assert outcome.status == 0, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        f'#2 {node} attempt 1: {{"of":2,"step":1}}',  # jsonb orders keys
+        f'#3 {node} attempt 1: "done "',
+        f'#4 {node} attempt 1: "now"',
+        f"run {handle.run_id} SUCCEEDED",
+    ]
+    refused = await run_legato(
+        "runs", "stream", str(handle.run_id), "--after", "x", database_url=database_url
+    )
+    assert refused.status == 2
+    assert refused.stderr.startswith("legato: error: argument --after: not a progress seq")
+
+
+async def test_the_run_page_shows_the_progress_and_its_stream_refreshes_it(
+    engine: AsyncEngine,
+) -> None:
+    async with Client(engine, app=app) as client, Runtime(engine, app, poll_interval=0.1):
+        handle = await client.start(gated_flow, Steps(count=1))
+        await asyncio.wait_for(anext(client.stream(handle.run_id)), timeout=30)
+        dashboard = create_app(client)
+        async with dashboard.router.lifespan_context(dashboard), http(dashboard) as web:
+            running = (await web.get(f"/runs/{handle.run_id}")).text
+            progress_app.GATE.set()
+            await handle.result(timeout=30)
+            stream = await web.get(f"/runs/{handle.run_id}/events")
+    shown = re.search(r'<div id="progress">(.*?)</div>', running, re.DOTALL)
+    assert shown is not None
+    assert 'data-seq="1" data-attempt="1"' in shown.group(1)
+    assert "&#34;started&#34;: true" in shown.group(1)
+    assert "finished" not in shown.group(1)
+    parts = re.findall(r"^event: run\ndata: (.*)$", stream.text, re.MULTILINE)
+    refreshed = json.loads(parts[-1])["progress"]
+    assert 'data-seq="2"' in refreshed and "&#34;finished&#34;: true" in refreshed
