@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from legato.debounce import Debounce
     from legato.deploy_check import DeployReport, Risk, VersionReport, check_deploy
     from legato.errors import (
+        BatchOutputMismatch,
         ClientClosed,
         ConfigurationError,
         DatabaseUnavailable,
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     )
     from legato.flow import (
         App,
+        Batch,
+        BatchContext,
         Cache,
         Concurrency,
         FailureInfo,
@@ -67,6 +70,7 @@ if TYPE_CHECKING:
         TaskDefinitionError,
         Workflow,
         WorkflowSpec,
+        batch_task,
         task,
         workflow,
     )
@@ -152,6 +156,10 @@ _MODULE_OF: dict[str, str] = {
     "Flow": "legato.flow",
     "Node": "legato.flow",
     "Retry": "legato.flow",
+    "Batch": "legato.flow",
+    "BatchContext": "legato.flow",
+    "batch_task": "legato.flow",
+    "BatchOutputMismatch": "legato.errors",
     "SpecError": "legato.flow",
     "Switch": "legato.flow",
     "TaskDefinitionError": "legato.flow",
@@ -180,6 +188,9 @@ _MODULE_OF: dict[str, str] = {
 __all__ = [
     "App",
     "Attempt",
+    "Batch",
+    "BatchContext",
+    "BatchOutputMismatch",
     "BulkResult",
     "Cache",
     "CatchUp",
@@ -247,6 +258,7 @@ __all__ = [
     "WebhookNotFound",
     "Workflow",
     "WorkflowSpec",
+    "batch_task",
     "check_deploy",
     "create_engine",
     "task",

@@ -189,3 +189,8 @@ class ProgressTooLarge(LegatoError):
     """An entry of ``ctx.progress`` / ``ctx.stream`` over the entry bound, or one that
     would take its attempt past the attempt's bound (entries or bytes); the entry is
     refused (nothing written), what was written before stays."""
+
+
+class BatchOutputMismatch(LegatoError):
+    """A batch task (``@batch_task``) returned something other than a list of one output
+    per input: each attempt of the batch fails with it, not retried."""
