@@ -11,6 +11,7 @@ import pytest
 
 from legato import Batch, BatchContext, BatchOutputMismatch, TaskContext, batch_task
 from legato.errors import TaskDefinitionError
+from legato.testing import run_task
 
 CALLS: list[list[int]] = []
 
@@ -78,3 +79,9 @@ def test_a_wrong_number_of_outputs_fails_every_attempt_of_the_batch() -> None:
     assert all(isinstance(outcome, BatchOutputMismatch) for outcome in outcomes)
     assert "returned 2 outputs for 3 inputs" in str(outcomes[0])
     assert not too_few.is_retryable(outcomes[0])  # type: ignore[arg-type]
+
+
+def test_run_task_runs_a_batch_task_on_one_input() -> None:
+    CALLS.clear()
+    assert asyncio.run(run_task(tripled, 4)) == 12
+    assert CALLS == [[4]]
