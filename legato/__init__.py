@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from legato.debounce import Debounce
     from legato.deploy_check import DeployReport, Risk, VersionReport, check_deploy
     from legato.errors import (
+        BatchOutputMismatch,
         ClientClosed,
         ConfigurationError,
         DatabaseUnavailable,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         InvalidArgument,
         InvalidInput,
         InvalidOutput,
+        InvalidProgress,
         InvalidRunId,
         InvalidSchedule,
         InvalidSignature,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
         NotTransactional,
         OutputTooLarge,
         PayloadTooLarge,
+        ProgressTooLarge,
         RerunIncompatible,
         RunAlreadyExists,
         RunFailed,
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
     )
     from legato.flow import (
         App,
+        Batch,
+        BatchContext,
         Cache,
         Concurrency,
         FailureInfo,
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
         TaskDefinitionError,
         Workflow,
         WorkflowSpec,
+        batch_task,
         task,
         workflow,
     )
@@ -81,6 +87,7 @@ if TYPE_CHECKING:
         RunFilter,
         RunPage,
     )
+    from legato.progress import ProgressEntry
     from legato.runtime import (
         Roles,
         Runtime,
@@ -127,6 +134,9 @@ _MODULE_OF: dict[str, str] = {
     "DatabaseUnavailable": "legato.errors",
     "LoopFailed": "legato.errors",
     "PayloadTooLarge": "legato.errors",
+    "ProgressTooLarge": "legato.errors",
+    "InvalidProgress": "legato.errors",
+    "ProgressEntry": "legato.progress",
     "RunFailed": "legato.errors",
     "RunFinished": "legato.errors",
     "RunNotFound": "legato.errors",
@@ -146,6 +156,10 @@ _MODULE_OF: dict[str, str] = {
     "Flow": "legato.flow",
     "Node": "legato.flow",
     "Retry": "legato.flow",
+    "Batch": "legato.flow",
+    "BatchContext": "legato.flow",
+    "batch_task": "legato.flow",
+    "BatchOutputMismatch": "legato.errors",
     "SpecError": "legato.flow",
     "Switch": "legato.flow",
     "TaskDefinitionError": "legato.flow",
@@ -174,6 +188,9 @@ _MODULE_OF: dict[str, str] = {
 __all__ = [
     "App",
     "Attempt",
+    "Batch",
+    "BatchContext",
+    "BatchOutputMismatch",
     "BulkResult",
     "Cache",
     "CatchUp",
@@ -192,6 +209,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidInput",
     "InvalidOutput",
+    "InvalidProgress",
     "InvalidRunId",
     "InvalidSchedule",
     "InvalidSignature",
@@ -204,6 +222,8 @@ __all__ = [
     "NotTransactional",
     "OutputTooLarge",
     "PayloadTooLarge",
+    "ProgressEntry",
+    "ProgressTooLarge",
     "QuarantinedRun",
     "RateLimit",
     "RerunIncompatible",
@@ -238,6 +258,7 @@ __all__ = [
     "WebhookNotFound",
     "Workflow",
     "WorkflowSpec",
+    "batch_task",
     "check_deploy",
     "create_engine",
     "task",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from legato.errors import NotTransactional
 from legato.observability.logs import ContextAdapter, attempt_context
+from legato.progress import ProgressKind, checked_entry
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,6 +26,11 @@ async def _no_heartbeat() -> None:
     return None
 
 
+async def _unrecorded(kind: ProgressKind, value: object) -> None:
+    """Progress of a context built outside a worker: checked, then not kept."""
+    checked_entry(kind, value)
+
+
 @dataclass(frozen=True)
 class TaskContext:
     """Who is running: the run, the node, the iteration (map element) and the attempt.
@@ -35,6 +41,13 @@ class TaskContext:
 
     ``logger`` logs through ``legato.task`` with the attempt's context in every record's
     ``extra`` (``run_id``, ``workflow``, ``node``, ``iteration``, ``attempt``, ``task``).
+
+    ``progress(value)`` (any JSON value) and ``stream(text)`` (a text chunk) report
+    while the task runs: each entry is written durably, in the run's order, before the
+    call returns, and read with ``Client.stream`` (``legato.progress`` has the bounds;
+    a bad value raises ``InvalidProgress``, one past a bound ``ProgressTooLarge``, and
+    nothing is written). In a context built by hand, outside a worker, they check the
+    value and keep nothing.
 
     ``connection`` is the open transaction of a transactional task
     (``@task(transactional=True)``); other tasks raise ``NotTransactional``.
@@ -49,9 +62,20 @@ class TaskContext:
     task: str | None = None
     _heartbeat: Callable[[], Awaitable[None]] = field(default=_no_heartbeat, repr=False)
     _connection: AsyncConnection | None = field(default=None, repr=False)
+    _progress: Callable[[ProgressKind, object], Awaitable[None]] = field(
+        default=_unrecorded, repr=False
+    )
 
     async def heartbeat(self) -> None:
         await self._heartbeat()
+
+    async def progress(self, value: object) -> None:
+        """Report ``value`` (JSON) as this attempt's progress, durably, before returning."""
+        await self._progress("progress", value)
+
+    async def stream(self, text: str) -> None:
+        """Report a chunk of text (a token of an LLM's answer, a log line), durably."""
+        await self._progress("text", text)
 
     @property
     def connection(self) -> AsyncConnection:

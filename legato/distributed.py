@@ -41,6 +41,7 @@ RUN_TABLES = (
     "tasks",
     "signals",
     "run_events",
+    "run_progress",
     "decide_queue",
     "task_queue",
     "timers",

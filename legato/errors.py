@@ -178,3 +178,19 @@ class WebhookNotFound(LegatoError):
 class InvalidSignature(LegatoError):
     """``legato.webhooks.verify``: the request is not signed with the endpoint's secret,
     or its timestamp is outside the tolerance (a replayed request)."""
+
+
+class InvalidProgress(LegatoError, ValueError):
+    """A ``ctx.progress`` value that is not storable JSON, or a ``ctx.stream`` chunk that
+    is not a string; nothing is written."""
+
+
+class ProgressTooLarge(LegatoError):
+    """An entry of ``ctx.progress`` / ``ctx.stream`` over the entry bound, or one that
+    would take its attempt past the attempt's bound (entries or bytes); the entry is
+    refused (nothing written), what was written before stays."""
+
+
+class BatchOutputMismatch(LegatoError):
+    """A batch task (``@batch_task``) returned something other than a list of one output
+    per input: each attempt of the batch fails with it, not retried."""

@@ -41,6 +41,7 @@ from legato.models import (
     RunFilter,
     RunPage,
 )
+from legato.progress import ProgressEntry
 from legato.schema import RunStatus
 
 In = TypeVar("In")
@@ -222,16 +223,19 @@ class SyncClient:
     def follow(self, run_id: RunId, after_seq: int = 0) -> Iterator[HistoryEvent]:
         """``Client.follow``: the run's events, blocking for each new one, until the run
         has finished. Leaving the loop early stops following."""
-        events = self.client.follow(run_id, after_seq)
+        return self._blocking(self.client.follow(run_id, after_seq))
+
+    def _blocking(self, items: AsyncGenerator[R, None]) -> Iterator[R]:
+        """An async generator of the client's, iterated from this thread."""
         try:
             while True:
-                event = self._call(_next(events))
-                if event is None:
+                item = self._call(_next(items))
+                if item is None:
                     return
-                yield event
+                yield item
         finally:
             if not self._loop.is_closed():
-                self._call(events.aclose())
+                self._call(items.aclose())
 
     def list_runs(
         self,
@@ -293,7 +297,12 @@ class SyncClient:
             self.client.bulk_rerun(where, from_node=from_node, version=version, progress=progress)
         )
 
+    def stream(self, run_id: RunId, after: int = 0) -> Iterator[ProgressEntry]:
+        """``Client.stream``: the run's progress entries, blocking for each new one, until
+        the run has finished. Leaving the loop early stops streaming."""
+        return self._blocking(self.client.stream(run_id, after))
 
-async def _next(events: AsyncGenerator[HistoryEvent, None]) -> HistoryEvent | None:
-    """The next event, or None when there are no more."""
-    return await anext(events, None)
+
+async def _next(items: AsyncGenerator[R, None]) -> R | None:
+    """The next item, or None when there are no more."""
+    return await anext(items, None)

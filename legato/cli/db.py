@@ -142,7 +142,8 @@ def _month_set(name: str) -> str:
     prefix, _, suffix = name.partition("_p")
     if prefix != "runs":
         return name
-    related = ", ".join(f"{table}_p{suffix}" for table in ("tasks", "signals", "run_events"))
+    monthly = ("tasks", "signals", "run_events", "run_progress")
+    related = ", ".join(f"{table}_p{suffix}" for table in monthly)
     return f"{name} (with {related})"
 
 

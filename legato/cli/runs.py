@@ -23,6 +23,7 @@ from legato.cli import (
     number_in,
     render,
     runs_bulk,
+    runs_stream,
     seconds,
     shown,
 )
@@ -257,13 +258,14 @@ def register(commands: Any) -> None:
     subcommands = group(
         commands,
         "runs",
-        "list, inspect, watch, start, signal, cancel, rerun and resume runs",
+        "list, inspect, watch, stream, start, signal, cancel, rerun and resume runs",
         description="Inspect and drive runs.",
         epilog="""examples:
   legato runs list --status running
   RUN=$(legato runs start signup --input '{"email": "ada@example.com"}')
   legato runs signal "$RUN" signup.confirmed --payload '{"code": "c0de"}'
   legato runs watch "$RUN"
+  legato runs stream "$RUN"
   legato runs show "$RUN"
   legato runs cancel "$RUN"
   legato runs rerun "$RUN" --from charge
@@ -332,6 +334,7 @@ Exit status: 0 when the run succeeded, 1 when it failed or was cancelled,
         "--timeout", type=seconds, metavar="S", help="give up after S seconds (default: never)"
     )
     add_poll(watch)
+    runs_stream.register(subcommands)
 
     start = command(
         subcommands,

@@ -13,6 +13,7 @@ exception naming the problem, and nothing is written.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
@@ -20,6 +21,7 @@ from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.arguments import RunId, check_max_payload, check_poll_interval
+from legato.client import progress_stream
 from legato.client.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL
 from legato.client.controls import RunControls
 from legato.client.reruns import RunReruns
@@ -31,6 +33,7 @@ from legato.debounce import Debounce
 from legato.errors import ConfigurationError
 from legato.flow import App, Workflow
 from legato.handle import RunHandle as RunHandle
+from legato.progress import ProgressEntry
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -163,3 +166,10 @@ class Client(StartingRuns, RunControls, RunReruns):
         return await self._start_run(
             workflow, input, idempotency_key, run_id, start_at, connection, shard_key
         )
+
+    def stream(self, run_id: RunId, after: int = 0) -> AsyncGenerator[ProgressEntry, None]:
+        """The run's progress entries (``ctx.progress`` / ``ctx.stream`` in its tasks)
+        after seq ``after``, in order, then each new one as it is written, until the run
+        has finished. To resume after a break, pass the last ``entry.seq`` seen.
+        ``RunNotFound`` for an unknown run (docs/api.md, "Streaming progress")."""
+        return progress_stream.stream(self, run_id, after)

@@ -12,6 +12,7 @@ def signup(flow: Flow[Signup]) -> Node[Active]:
 """
 
 from legato.flow.app import App
+from legato.flow.batch import Batch, BatchContext, BatchTask, batch_task
 from legato.flow.builder import MISSING, FailureInfo, Flow, Node, Switch
 from legato.flow.definition import (
     InputValidationError,
@@ -43,6 +44,9 @@ from legato.flow.tasks import (
 __all__ = [
     "MISSING",
     "App",
+    "Batch",
+    "BatchContext",
+    "BatchTask",
     "Cache",
     "Concurrency",
     "FailureInfo",
@@ -67,6 +71,7 @@ __all__ = [
     "Workflow",
     "WorkflowDefinition",
     "WorkflowSpec",
+    "batch_task",
     "resolve_version",
     "task",
     "workflow",

@@ -342,3 +342,29 @@ Debounces = DebouncesColumns(
 )
 """The open debounce window of each (workflow, key): calls in it replace the pending
 run's input; unpartitioned, like ``idempotency_keys``, for its unique key."""
+
+
+class RunProgressColumns(TableColumns):
+    """Columns of ``run_progress`` (migration 0015)."""
+
+    run_id = uuid_col()
+    seq: Column[int] = Column(BigInteger, nullable=False)  # gap-free per run, from 1
+    task_id = uuid_col()
+    node_id = text_col()
+    iteration: Column[int] = Column(Integer, nullable=False)
+    attempt: Column[int] = Column(Integer, nullable=False)
+    kind = text_col()  # "progress" (ctx.progress) or "text" (ctx.stream)
+    value = json_col(nullable=False)
+    created_at = time_col(nullable=False, now_default=True)
+    shard = shard_col()
+
+
+RunProgress = RunProgressColumns(
+    "run_progress",
+    # Client.stream's read after a cursor and the append's next seq: the primary key.
+    PrimaryKeyConstraint("shard", "run_id", "seq"),
+    ForeignKeyConstraint(["shard", "run_id"], ["runs.shard", "runs.id"], ondelete="CASCADE"),
+    postgresql_partition_by="RANGE (run_id)",
+)
+"""What running tasks report (``ctx.progress`` / ``ctx.stream``): partitioned by month
+like ``run_events``, so retention drops it with the run's history."""

@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 
 from legato.arguments import as_run_id
 from legato.client import Client
-from legato.engine.repositories import definitions, stats, ui_queries
+from legato.engine.repositories import definitions, progress, stats, ui_queries
 from legato.enums import FINAL_EVENT_TYPES, RunStatus
 from legato.errors import (
     InvalidArgument,
@@ -63,6 +63,8 @@ log = logging.getLogger("legato.ui")
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = 2 << 20
 LIVE_POLL_SECONDS = 2.0
+# The run page shows a run's latest progress entries; Client.stream reads them all.
+PROGRESS_SHOWN = 50
 
 _STATUS_OF: tuple[tuple[type[LegatoError], int], ...] = (
     (RunNotFound, 404),
@@ -134,6 +136,7 @@ class Dashboard:
             "graph": str(macros.graph_box(view)),
             "timeline": str(macros.timeline_box(view)),
             "attempts-body": str(macros.attempt_rows(view, prefix)),
+            "progress": str(macros.progress_box(view)),
         }
 
     async def spec(self, name: str, version: int) -> views.StoredSpec | None:
@@ -155,6 +158,7 @@ class Dashboard:
             lambda c: ui_queries.attempts(c, shard, run_id)
         )
         quarantine = await self.read(lambda c: ui_queries.quarantine_of(c, shard, run_id))
+        reported = await self.read(lambda c: progress.latest(c, shard, run_id, PROGRESS_SHOWN))
         stored = await self.spec(details.run.workflow_name, details.run.workflow_version)
         svg = None
         if stored is not None and stored.spec is not None:
@@ -174,6 +178,7 @@ class Dashboard:
             rerun_of=details.rerun_of,
             reruns=details.reruns,
             nodes=() if stored is None else stored.node_ids,
+            progress=tuple(reported),
         )
 
     async def read(self, query: Any) -> Any:
@@ -268,6 +273,7 @@ class Dashboard:
         self, run_id: uuid.UUID, seq: int, finished: bool, prefix: str
     ) -> AsyncIterator[str]:
         wake = await self.live.watch(run_id)
+        woke = False  # a wake without history is a task's progress: re-render the parts
         try:
             while True:
                 wake.clear()  # before reading: an event appended meanwhile wakes us again
@@ -277,7 +283,7 @@ class Dashboard:
                     yield f"id: {event.seq}\nevent: history\ndata: {data}\n\n"
                     seq = event.seq
                 finished = finished or any(e.type in FINAL_EVENT_TYPES for e in events)
-                if events or finished:
+                if events or finished or woke:
                     parts = self.run_parts(await self.run_view(run_id), prefix)
                     yield f"event: run\ndata: {json.dumps(parts)}\n\n"
                 if finished:
@@ -287,7 +293,9 @@ class Dashboard:
                     continue
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=LIVE_POLL_SECONDS)
+                    woke = True
                 except TimeoutError:  # nothing notified: poll, and notice a finish
+                    woke = False
                     finished = (await self.client.get_run(run_id)).run.status.finished
                     yield ": still here\n\n"
         finally:

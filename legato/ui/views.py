@@ -17,6 +17,7 @@ from legato.engine.repositories.tasks import TaskRow
 from legato.engine.repositories.ui_queries import Attempt, Quarantine
 from legato.flow.spec import WorkflowSpec
 from legato.models import HistoryEvent, Run
+from legato.progress import ProgressEntry
 from legato.schema import NodeKind
 
 PREVIEW_CHARS = 1500
@@ -138,6 +139,7 @@ class RunView:
     rerun_of: uuid.UUID | None = None  # the run this one reruns
     reruns: tuple[uuid.UUID, ...] = ()  # this run's reruns, oldest first
     nodes: tuple[str, ...] = ()  # the node ids a rerun may start from
+    progress: tuple[ProgressEntry, ...] = ()  # the run's latest ctx.progress / ctx.stream
 
     @property
     def children(self) -> list[str]:

@@ -106,7 +106,7 @@ def test_partitions_ensure_drop_then_downgrade(
     ensure = run_main(capsys, "partitions", "ensure", "--ahead", "4", *url)
     assert ensure.status == 0, ensure.stderr
     created = ensure.stdout.splitlines()
-    assert len(created) == 4
+    assert len(created) == 5  # the month of runs, tasks, signals, run_events, run_progress
     assert all(line.startswith("created ") for line in created)
     downgraded = run_main(capsys, "db", "downgrade", *url)
     assert downgraded.status == 0, downgraded.stderr

@@ -26,8 +26,9 @@ from legato.schema import (
     uuid7,
     uuid7_bound,
 )
+from legato.schema.tables import RunProgress
 
-RUN_SCOPED = ("runs", "tasks", "signals", "run_events")
+RUN_SCOPED = ("runs", "tasks", "signals", "run_events", "run_progress")
 PAST = datetime(2024, 1, 1, tzinfo=UTC)
 PAST_END = datetime(2024, 2, 1, tzinfo=UTC)
 
@@ -65,7 +66,7 @@ async def test_concurrent_ensure_reports_each_partition_once(engine: AsyncEngine
     reported = [name for report in reports for name in report]
     assert len(reported) == len(set(reported)), "a partition was reported twice"
     assert set(reported) == after - before
-    assert len(after - before) == 3 * 4 + 3  # months +4..+6 of four tables, days +8..+10
+    assert len(after - before) == 3 * len(RUN_SCOPED) + 3  # months +4..+6 of each, days +8..+10
     assert sum(1 for report in reports if report) >= 1
 
     async with engine.begin() as conn:
@@ -112,6 +113,19 @@ async def _past_month_with_a_run(engine: AsyncEngine) -> uuid.UUID:
         )
         await conn.execute(
             insert(RunEvents.table).values(shard=shard, run_id=run_id, seq=1, type="started")
+        )
+        await conn.execute(
+            insert(RunProgress.table).values(
+                shard=shard,
+                run_id=run_id,
+                seq=1,
+                task_id=uuid7(),
+                node_id="n1",
+                iteration=0,
+                attempt=1,
+                kind="progress",
+                value={"done": 1},
+            )
         )
     return run_id
 

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from legato.engine.repositories import partitions
 from legato.errors import ConfigurationError
 from legato.schema import RunEvents, Runs, RunStatus, Signals, Tasks, uuid7_bound
+from legato.schema.tables import RunProgress
 from tests.helpers import run_legato
 from tests.integration.test_cli_db import assert_one_line_error
 from tests.integration.test_partitions import _partitions, _past_month_with_a_run
@@ -22,7 +23,8 @@ ZONES = ("America/Los_Angeles", "Asia/Tokyo")
 
 
 async def _finished_past_month(engine: AsyncEngine) -> None:
-    """January 2024's four partitions, holding one finished run with a task, signal and event."""
+    """January 2024's partitions, holding one finished run with a task, signal, event and
+    progress entry."""
     run_id = await _past_month_with_a_run(engine)
     async with engine.begin() as conn:
         await conn.execute(
@@ -31,7 +33,7 @@ async def _finished_past_month(engine: AsyncEngine) -> None:
 
 
 async def _row_counts(conn: AsyncConnection) -> list[int]:
-    tables = (Runs.table, Tasks.table, Signals.table, RunEvents.table)
+    tables = (Runs.table, Tasks.table, Signals.table, RunEvents.table, RunProgress.table)
     return [
         int((await conn.execute(select(func.count()).select_from(t))).scalar_one()) for t in tables
     ]
@@ -91,7 +93,8 @@ async def test_a_cutoff_past_this_month_is_refused_and_drops_nothing(
         assert await partitions.drop(conn, _this_month()) == [("runs_p202401", "dropped")]
     async with engine.connect() as conn:
         assert await _partitions(conn) == before - {
-            f"{table}_p202401" for table in ("runs", "tasks", "signals", "run_events")
+            f"{table}_p202401"
+            for table in ("runs", "tasks", "signals", "run_events", "run_progress")
         }
 
 

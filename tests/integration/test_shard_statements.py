@@ -41,6 +41,7 @@ RUN_SCOPED = (
     "outbox",
     "idempotency_keys",
     "debounces",
+    "run_progress",
 )
 _KEY_CONDITION = re.compile(r"\bshard\)? = \(?\$(\d+)\b")
 _KEY_CONSTANT = re.compile(r"\bshard\)? = '?(\d+)'?(?:::smallint)?\b")

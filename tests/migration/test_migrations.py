@@ -21,7 +21,7 @@ from legato.db.server_check import HEAD_REVISION
 from legato.schema import SchemaVersion, metadata, uuid7_bound
 
 PARTITION = re.compile(r"_p\d+$|^task_queue_h\d+$")
-RUN_SCOPED = ("runs", "tasks", "signals", "run_events")
+RUN_SCOPED = ("runs", "tasks", "signals", "run_events", "run_progress")
 TABLES = {table.name for table in metadata.tables.values()}
 
 
@@ -176,6 +176,7 @@ async def test_catalog_partitions_and_bounds(engine: AsyncEngine) -> None:
         "tasks": "r",
         "signals": "r",
         "run_events": "r",
+        "run_progress": "r",
         "timers": "r",
         "task_queue": "h",
     }

@@ -48,6 +48,7 @@ from legato.engine.loops.worker_attempts import (
     run_transactional,
 )
 from legato.engine.loops.worker_leases import keep_leases
+from legato.engine.progress_writer import with_progress
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import notify, task_queue, tasks
 from legato.engine.transport.handoff import Absorbed, LocalReports
@@ -310,7 +311,7 @@ class Worker(Loop):
 
     async def _execute(self, flight: InFlight) -> None:
         """Run the attempt in its slot; free the slot by its outcome."""
-        ctx = context_of(flight)
+        ctx = with_progress(context_of(flight), self.engine, flight.claimed, lambda: flight.lost)
         stopping = self._stopping.is_set
         outcome: Outcome
         if flight.definition.transactional:
