@@ -13,11 +13,21 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Figure, Server, machine_context, to_json
+from bench.held_snapshot import scenario_held_snapshot
+from bench.many_clients import scenario_clients
 from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
+from bench.signal_call import scenario_signal
 from legato.db import create_engine
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = ("dbos", "pgqueuer")
+#: Every scenario by name: Legato's own, and those of the latency issue's table.
+ALL_SCENARIOS = {
+    **SCENARIOS,
+    "signal": scenario_signal,
+    "clients": scenario_clients,
+    "held-snapshot": scenario_held_snapshot,
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,8 @@ class BenchArgs:
     concurrency: int
     #: "pgbouncer": every engine through a PgBouncer in transaction mode, LISTEN direct.
     pooler: str | None = None
+    #: How long the held-snapshot scenario holds its snapshot (None: its default).
+    held_seconds: float | None = None
 
 
 @dataclass
@@ -43,7 +55,11 @@ class PeerResult:
 async def run(args: BenchArgs) -> int:
     size = SIZES[args.size]
     opts = Options(
-        size=size, cores=default_cores(), profile_dir=args.profile_dir, concurrency=args.concurrency
+        size=size,
+        cores=default_cores(),
+        profile_dir=args.profile_dir,
+        concurrency=args.concurrency,
+        held_seconds=args.held_seconds,
     )
     server = Server(args.database_url, pooler=args.pooler == "pgbouncer")
     figures: list[Figure] = []
@@ -63,7 +79,7 @@ async def run(args: BenchArgs) -> int:
             say(f"pooler: {args.pooler} (pool_mode = transaction), LISTEN direct to the server")
         for name in args.scenarios:
             t0 = time.perf_counter()
-            found = await SCENARIOS[name](server, opts)
+            found = await ALL_SCENARIOS[name](server, opts)
             figures += found
             for figure in found:
                 say(figure.line())
