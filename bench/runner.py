@@ -168,12 +168,44 @@ ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
     ("start, one at a time (runs/s)", ("start", "one at a time"), ("start", "one at a time")),
     ("  / bare INSERT commit rate (x)", ("start", "one at a time / bare commit rate"), ("", "")),
     ("start, batched (runs/s)", ("start", "batched (start_many)"), ("start", "batched")),
+    ("bare INSERT commit p50 (ms)", ("start", "bare INSERT commit p50"), ("", "")),
+    ("Client.signal p50 (ms)", ("signal", "Client.signal p50"), ("", "")),
+    (
+        "  / bare INSERT commit rate (x)",
+        ("signal", "Client.signal rate / bare commit rate"),
+        ("", ""),
+    ),
+    ("starts, 32 clients (runs/s)", ("clients", "starts, 32 clients"), ("", "")),
+    (
+        "  / bare commits, 32 clients (x)",
+        ("clients", "starts / bare commits, 32 clients"),
+        ("", ""),
+    ),
+    (
+        "  / bare, 4 processes x 8 (x)",
+        ("clients", "starts / bare commits, 4 processes x 8"),
+        ("", ""),
+    ),
+    (
+        "drain, snapshot held: last / free (x)",
+        ("held", "drain, snapshot held: last batch / free"),
+        ("", ""),
+    ),
     ("e2e one-task, best layout (wf/s)", ("e2e-1", "*"), ("e2e-1", "*")),
     ("e2e 3-task chain (wf/s)", ("e2e-3", "3-task chain"), ("e2e-3", "3-task chain")),
     *(
         (f"{what} {p} (ms, lower better)", ("wake", f"{what} {p}"), ("wake", f"{what} {p}"))
         for what in ("signal -> next task", "start -> first task")
         for p in ("p50", "p99")
+    ),
+    *(
+        (
+            f"{what} p50 / bare p50{where} (x)",
+            ("wake", f"{what} p50 / bare commit p50{where}"),
+            ("", ""),
+        )
+        for what in ("signal -> next task", "start -> first task")
+        for where in ("", ", one process")
     ),
     *(
         (f"{label} (lower better)", ("commits", name), ("commits", name))
