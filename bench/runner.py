@@ -17,6 +17,7 @@ from bench.held_snapshot import scenario_held_snapshot
 from bench.many_clients import scenario_clients
 from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
 from bench.signal_call import scenario_signal
+from bench.worker_cpu import scenario_worker_cpu
 from legato.db import create_engine
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +28,7 @@ ALL_SCENARIOS = {
     "signal": scenario_signal,
     "clients": scenario_clients,
     "held-snapshot": scenario_held_snapshot,
+    "worker-cpu": scenario_worker_cpu,
 }
 
 

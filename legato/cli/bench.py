@@ -26,6 +26,7 @@ SCENARIO_NAMES = (
     "signal",
     "clients",
     "held-snapshot",
+    "worker-cpu",
 )
 #: What a bare ``legato bench`` runs (the others are slower or specific to one feature).
 DEFAULT_SCENARIOS = ("start", "e2e-1", "e2e-3", "wake", "commits", "history")
