@@ -13,11 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Figure, Server, machine_context, to_json
+from bench.held_snapshot import scenario_held_snapshot
+from bench.many_clients import scenario_clients
 from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
+from bench.signal_call import scenario_signal
+from bench.worker_cpu import scenario_worker_cpu
 from legato.db import create_engine
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = ("dbos", "pgqueuer")
+#: Every scenario by name: Legato's own, and those of the latency issue's table.
+ALL_SCENARIOS = {
+    **SCENARIOS,
+    "signal": scenario_signal,
+    "clients": scenario_clients,
+    "held-snapshot": scenario_held_snapshot,
+    "worker-cpu": scenario_worker_cpu,
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,8 @@ class BenchArgs:
     concurrency: int
     #: "pgbouncer": every engine through a PgBouncer in transaction mode, LISTEN direct.
     pooler: str | None = None
+    #: How long the held-snapshot scenario holds its snapshot (None: its default).
+    held_seconds: float | None = None
 
 
 @dataclass
@@ -43,7 +57,11 @@ class PeerResult:
 async def run(args: BenchArgs) -> int:
     size = SIZES[args.size]
     opts = Options(
-        size=size, cores=default_cores(), profile_dir=args.profile_dir, concurrency=args.concurrency
+        size=size,
+        cores=default_cores(),
+        profile_dir=args.profile_dir,
+        concurrency=args.concurrency,
+        held_seconds=args.held_seconds,
     )
     server = Server(args.database_url, pooler=args.pooler == "pgbouncer")
     figures: list[Figure] = []
@@ -63,7 +81,7 @@ async def run(args: BenchArgs) -> int:
             say(f"pooler: {args.pooler} (pool_mode = transaction), LISTEN direct to the server")
         for name in args.scenarios:
             t0 = time.perf_counter()
-            found = await SCENARIOS[name](server, opts)
+            found = await ALL_SCENARIOS[name](server, opts)
             figures += found
             for figure in found:
                 say(figure.line())
@@ -152,12 +170,44 @@ ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
     ("start, one at a time (runs/s)", ("start", "one at a time"), ("start", "one at a time")),
     ("  / bare INSERT commit rate (x)", ("start", "one at a time / bare commit rate"), ("", "")),
     ("start, batched (runs/s)", ("start", "batched (start_many)"), ("start", "batched")),
+    ("bare INSERT commit p50 (ms)", ("start", "bare INSERT commit p50"), ("", "")),
+    ("Client.signal p50 (ms)", ("signal", "Client.signal p50"), ("", "")),
+    (
+        "  / bare INSERT commit rate (x)",
+        ("signal", "Client.signal rate / bare commit rate"),
+        ("", ""),
+    ),
+    ("starts, 32 clients (runs/s)", ("clients", "starts, 32 clients"), ("", "")),
+    (
+        "  / bare commits, 32 clients (x)",
+        ("clients", "starts / bare commits, 32 clients"),
+        ("", ""),
+    ),
+    (
+        "  / bare, 4 processes x 8 (x)",
+        ("clients", "starts / bare commits, 4 processes x 8"),
+        ("", ""),
+    ),
+    (
+        "drain, snapshot held: last / free (x)",
+        ("held", "drain, snapshot held: last batch / free"),
+        ("", ""),
+    ),
     ("e2e one-task, best layout (wf/s)", ("e2e-1", "*"), ("e2e-1", "*")),
     ("e2e 3-task chain (wf/s)", ("e2e-3", "3-task chain"), ("e2e-3", "3-task chain")),
     *(
         (f"{what} {p} (ms, lower better)", ("wake", f"{what} {p}"), ("wake", f"{what} {p}"))
         for what in ("signal -> next task", "start -> first task")
         for p in ("p50", "p99")
+    ),
+    *(
+        (
+            f"{what} p50 / bare p50{where} (x)",
+            ("wake", f"{what} p50 / bare commit p50{where}"),
+            ("", ""),
+        )
+        for what in ("signal -> next task", "start -> first task")
+        for where in ("", ", one process")
     ),
     *(
         (f"{label} (lower better)", ("commits", name), ("commits", name))

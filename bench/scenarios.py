@@ -57,6 +57,8 @@ class Options:
     cores: int
     profile_dir: Path | None = None
     concurrency: int = 64
+    #: How long the held-snapshot scenario holds its snapshot (None: its default).
+    held_seconds: float | None = None
 
 
 @dataclass(frozen=True)

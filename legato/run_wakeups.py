@@ -1,10 +1,11 @@
 """A client's wake-ups for runs it waits on (``result()``, ``follow()``).
 
-The ``run_events`` trigger NOTIFYs ``<schema>_events_v1`` with ``<run_id>:<seq>`` for
-every history event appended. A client LISTENs once, on the first wait, and keeps that
-one connection until it is closed; each waiter gets an ``asyncio.Event`` set when its
-run has a new event. A notification is only a hint: a waiter re-reads by seq (or the
-run row) after each one and also on its poll interval, so a lost notification or a
+The ``run_events`` trigger NOTIFYs ``<schema>_events_v1`` with ``<run_id>:<seq>`` items
+(``notify.event_runs``) for the events each statement appended after a run's first. A
+client LISTENs once, on the first wait, and keeps that one connection until it is
+closed; each waiter gets an ``asyncio.Event`` set when its run has a new event. A
+notification is only a hint: a waiter re-reads by seq (or the run row) after each one
+and also on its poll interval, so a lost notification or a
 dropped listen connection delays a waiter, never loses an event.
 """
 
@@ -37,13 +38,13 @@ class RunWakeups:
         self._waiters: defaultdict[uuid.UUID, set[asyncio.Event]] = defaultdict(set)
 
     def _on_payload(self, payload: str) -> None:
-        run_id, _, _ = payload.partition(":")
-        try:
-            waiters = self._waiters.get(uuid.UUID(run_id), ())
-        except ValueError:  # not one of ours
-            return
-        for event in waiters:
-            event.set()
+        for run_id in notify.event_runs(payload):
+            try:
+                waiters = self._waiters.get(uuid.UUID(run_id), ())
+            except ValueError:  # not one of ours
+                continue
+            for event in waiters:
+                event.set()
 
     @contextlib.asynccontextmanager
     async def watching(self, run_id: uuid.UUID) -> AsyncIterator[asyncio.Event]:

@@ -23,6 +23,10 @@ SCENARIO_NAMES = (
     "history",
     "claims",
     "metrics",
+    "signal",
+    "clients",
+    "held-snapshot",
+    "worker-cpu",
 )
 #: What a bare ``legato bench`` runs (the others are slower or specific to one feature).
 DEFAULT_SCENARIOS = ("start", "e2e-1", "e2e-3", "wake", "commits", "history")
@@ -73,6 +77,24 @@ def register(commands: Any) -> None:
         help="task slots per worker process (default 64)",
     )
 
+    parser.add_argument(
+        "--held-seconds",
+        type=_seconds,
+        metavar="S",
+        help="how long the held-snapshot scenario holds its REPEATABLE READ snapshot "
+        "(default: three times its free phase; 600 for the ten-minute figure)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
 
 def _import_runner() -> Any:
     repo = Path(__file__).resolve().parents[2]
@@ -103,6 +125,7 @@ async def _bench(args: argparse.Namespace) -> int:
             profile_dir=args.profile,
             concurrency=args.concurrency,
             pooler=args.pooler,
+            held_seconds=args.held_seconds,
         )
     )
     return result

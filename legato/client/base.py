@@ -46,6 +46,8 @@ DEFAULT_POLL_INTERVAL = 1.0
 
 # An idempotency key kept longer than this would outlive any sensible retry.
 _MAX_RETENTION = timedelta(days=3660)
+# How many runs' workflow names a Client remembers for signal().
+_REMEMBERED_RUNS = 10_000
 
 
 def schema_explained(
@@ -101,8 +103,19 @@ class ClientBase:
         # The installation's shard keys: from check_database at connect, else read on
         # first use (a client made from an engine). Fixed for the schema's lifetime.
         self._shards = shards
-        # A run's workflow never changes: signalling a run again needs no read.
+        # A run's workflow never changes: signalling a run this client started or
+        # signalled before needs no read (``_remember_workflow``).
         self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
+
+    def _remember_workflow(self, run_id: uuid.UUID, workflow_name: str) -> None:
+        """Remember run ``run_id``'s workflow (it never changes), so a signal to it
+        checks its payload without reading the run: one round trip (the most recent
+        ``_REMEMBERED_RUNS`` runs this client started or signalled)."""
+        remembered = self._workflow_of
+        remembered[run_id] = workflow_name
+        remembered.move_to_end(run_id)
+        if len(remembered) > _REMEMBERED_RUNS:
+            remembered.popitem(last=False)
 
     async def shards(self) -> Shards:
         """The installation's shard keys (``legato.schema.shards``), read once: at

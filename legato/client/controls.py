@@ -18,9 +18,6 @@ from legato.limits import check_name
 from legato.models import QuarantinedRun
 from legato.models_from_rows import quarantined_from_row
 
-# How many runs' workflow names a Client remembers for signal().
-_REMEMBERED_RUNS = 10_000
-
 
 class RunControls(ClientBase):
     """Acting on runs that exist: signal, emit, cancel, resume; and deploying an app."""
@@ -54,12 +51,8 @@ class RunControls(ClientBase):
             self._workflow_of.pop(run_id, None)
             await self._read(lambda conn: self._running(conn, shard, run_id, what))  # says why
             raise RunFinished(f"cannot {what}: run {run_id} has just finished")
-        if workflow_name is None:
-            return
-        self._workflow_of[run_id] = workflow_name
-        self._workflow_of.move_to_end(run_id)
-        if len(self._workflow_of) > _REMEMBERED_RUNS:
-            self._workflow_of.popitem(last=False)
+        if workflow_name is not None:
+            self._remember_workflow(run_id, workflow_name)
 
     @schema_explained
     async def emit(self, name: str, payload: Any = None) -> list[uuid.UUID]:

@@ -125,6 +125,8 @@ class StartingRuns(RunReads):
             # The common case is one statement, atomic on its own: one round trip.
             if connection is None:
                 await runs.start_one(self._driver, shard, new, "started")
+                # A signal to it from this client then needs no read of the run.
+                self._remember_workflow(new_id, name)
             else:
                 async with start_connection(connection, self._autocommit, self.schema) as conn:
                     await self._start(conn, shard, [new])

@@ -55,6 +55,8 @@ def output_error(output: JsonValue, max_output_bytes: int) -> TaskError | None:
             message=f"the task's return value is not storable JSON: {problem}",
             retryable=False,
         )
+    if _surely_within(output, max_output_bytes):
+        return None
     size = json_size(output)
     if size > max_output_bytes:
         return TaskError(
@@ -65,3 +67,21 @@ def output_error(output: JsonValue, max_output_bytes: int) -> TaskError | None:
             retryable=False,
         )
     return None
+
+
+# Bytes of compact JSON a float, or any character of a string, takes at most
+# (``-1.7976931348623157e+308``; ``\\u001f``).
+_FLOAT_BYTES = 24
+_CHAR_BYTES = 6
+
+
+def _surely_within(output: JsonValue, max_bytes: int) -> bool:
+    """Whether a scalar or string ``output`` is surely under ``max_bytes`` without
+    serialising it: most outputs are, and the report serialises them again anyway."""
+    if output is None or isinstance(output, bool | float):
+        return max_bytes >= _FLOAT_BYTES
+    if isinstance(output, int):
+        return output.bit_length() // 3 + 2 <= max_bytes
+    if isinstance(output, str):
+        return len(output) * _CHAR_BYTES + 2 <= max_bytes
+    return False

@@ -71,16 +71,18 @@ async def observed_attempt(item: Claimed, invocation: Awaitable[T]) -> T:
 
     A cancellation (the run was cancelled, the lease lost, the worker's own
     start_to_close deadline) is re-raised unlogged: the decider logs the timeout with
-    the rest, and a cancelled run is logged when it finishes."""
-    context = context_of(item)
-    worker_log.debug(
-        "attempt %d of %s started (run %s, node %s)",
-        item.attempt,
-        item.task_name,
-        item.run_id,
-        item.node_id,
-        extra=context,
-    )
+    the rest, and a cancelled run is logged when it finishes. The log context is built
+    only for a record that is logged: an attempt that succeeds with DEBUG off builds none."""
+    debug = worker_log.isEnabledFor(logging.DEBUG)
+    if debug:
+        worker_log.debug(
+            "attempt %d of %s started (run %s, node %s)",
+            item.attempt,
+            item.task_name,
+            item.run_id,
+            item.node_id,
+            extra=context_of(item),
+        )
     began = time.monotonic()
     with tracing.attempt_span(item.task_name, item.trace_context, lambda: span_attributes(item)):
         try:
@@ -98,21 +100,22 @@ async def observed_attempt(item: Claimed, invocation: Awaitable[T]) -> T:
                 describe_exception(error),
                 item.run_id,
                 item.node_id,
-                extra={**context, "error_type": type(error).__qualname__},
+                extra={**context_of(item), "error_type": type(error).__qualname__},
                 exc_info=True,
             )
             recorder().attempt_failed(item.task_name, item.queue, seconds)
             raise
     seconds = time.monotonic() - began
-    worker_log.debug(
-        "attempt %d of %s completed in %.3fs (run %s, node %s)",
-        item.attempt,
-        item.task_name,
-        seconds,
-        item.run_id,
-        item.node_id,
-        extra=context,
-    )
+    if debug:
+        worker_log.debug(
+            "attempt %d of %s completed in %.3fs (run %s, node %s)",
+            item.attempt,
+            item.task_name,
+            seconds,
+            item.run_id,
+            item.node_id,
+            extra=context_of(item),
+        )
     recorder().attempt_completed(item.task_name, item.queue, seconds)
     return result
 

@@ -19,8 +19,10 @@ async def invoke(
     and an unexpired output for its key exists: then that output and True (a cache hit),
     without running the task. A fresh output is stored when it is storable JSON (one
     that is not fails the attempt anyway)."""
+    if definition.cache is None:
+        return await definition.invoke(ctx, args), False
     key = definition.cache_key(args)
-    if key is None or definition.cache is None:
+    if key is None:
         return await definition.invoke(ctx, args), False
     async with engine.connect() as conn:
         hit, output = await task_cache.lookup(conn, definition.name, key)

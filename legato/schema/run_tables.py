@@ -171,7 +171,8 @@ class SignalsColumns(TableColumns):
 Signals = SignalsColumns(
     "signals",
     PrimaryKeyConstraint("shard", "run_id", "id"),
-    ForeignKeyConstraint(["shard", "run_id"], ["runs.shard", "runs.id"], ondelete="CASCADE"),
+    # No foreign key onto runs (migration 0016, docs/design.md): a signal is inserted
+    # only for the RUNNING run its statement selected.
     # The decider's snapshot: a run's unconsumed signals.
     Index(
         "ix_signals_pending",
@@ -202,7 +203,8 @@ class RunEventsColumns(TableColumns):
 RunEvents = RunEventsColumns(
     "run_events",
     PrimaryKeyConstraint("shard", "run_id", "seq"),
-    ForeignKeyConstraint(["shard", "run_id"], ["runs.shard", "runs.id"], ondelete="CASCADE"),
+    # No foreign key onto runs (migration 0016, docs/design.md): an event is written
+    # with its run's insert or under its row lock.
     postgresql_partition_by="RANGE (run_id)",
 )
 """A run's history: (run_id, seq) gap-free, appended under the run's row lock."""

@@ -30,8 +30,9 @@ class Live:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _on_payload(self, payload: str) -> None:
-        for event in self.watchers.get(payload.partition(":")[0], ()):
-            event.set()
+        for run_id in notify.event_runs(payload):
+            for event in self.watchers.get(run_id, ()):
+                event.set()
 
     async def watch(self, run_id: uuid.UUID) -> asyncio.Event:
         event = asyncio.Event()

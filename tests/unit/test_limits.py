@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -355,3 +356,16 @@ def test_every_legato_error_is_exported_from_legato() -> None:
     exported = defined - {"DatabaseUnavailable"}
     assert exported <= set(legato.__all__)
     assert issubclass(SpecError, LegatoError) and issubclass(TaskDefinitionError, LegatoError)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [None, True, 7, -(10**40), 2.5, -1.7976931348623157e308, "", "é" * 50, "\x1f" * 50],
+)
+def test_the_output_limit_holds_for_scalars_checked_without_serialising(output: object) -> None:
+    # Each output's compact JSON, measured exactly, decides the boundary: one byte
+    # under its size is refused, its size passes (the bound never lets a large one by).
+    size = len(json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode())
+    assert output_error(output, max_output_bytes=size) is None  # type: ignore[arg-type]
+    refused = output_error(output, max_output_bytes=size - 1)  # type: ignore[arg-type]
+    assert refused is not None and refused.type == "OutputTooLarge"

@@ -180,3 +180,30 @@ def test_prometheus_recorder_counts_and_samples_gauges() -> None:
     metrics.backlog(Backlog("decide", 0, None), [], NOW)
     assert _value(registry, "legato_task_queue_depth", queue="mail") == 0
     assert _value(registry, "legato_decide_queue_oldest_age_seconds") == 0
+
+
+def test_attempt_spans_are_made_only_once_a_tracer_provider_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from legato.observability import tracing
+
+    asked: list[str] = []
+
+    def attributes() -> dict[str, object]:
+        asked.append("attributes")
+        return {"legato.task": "t"}
+
+    # The API alone (its placeholder provider): no span, and its attributes never built.
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    with tracing.attempt_span("t", None, attributes) as span:
+        assert span is None
+    assert asked == []
+    # A provider installed later is used from the next attempt on.
+    provider = TracerProvider()
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    with tracing.attempt_span("t", None, attributes) as span:
+        assert span is not None and span.is_recording()
+    assert asked == ["attributes"]

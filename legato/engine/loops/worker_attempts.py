@@ -93,13 +93,18 @@ async def run_attempt(
     error: TaskError | None = None
     timed_out = False
     # The worker enforces start_to_close itself; the decider's timer is the backstop.
+    # A task without one runs with no deadline to arm and cancel.
     limit = definition.start_to_close
-    deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
+    deadline = None if limit is None else asyncio.timeout(limit.total_seconds())
+    invocation = hooks.observed_attempt(
+        item, output_cache.invoke(engine, definition, ctx, item.input)
+    )
     try:
-        async with deadline:
-            output, cached = await hooks.observed_attempt(
-                item, output_cache.invoke(engine, definition, ctx, item.input)
-            )
+        if deadline is None:
+            output, cached = await invocation
+        else:
+            async with deadline:
+                output, cached = await invocation
     except asyncio.CancelledError:
         if flight.lost:
             return None  # cancelled or timed out: nothing to report
@@ -107,7 +112,7 @@ async def run_attempt(
             return None  # released by on_stop so another worker takes it at once
         raise
     except TimeoutError as exc:
-        if deadline.expired():
+        if deadline is not None and deadline.expired():
             timed_out = True
             error = TaskError(
                 type="Timeout", message="the attempt did not finish within start_to_close"

@@ -42,8 +42,15 @@ def shard_owners_channel(schema: str) -> str:
 
 
 def events_channel(schema: str) -> str:
-    """Raised by the run_events trigger with payload ``<run_id>:<seq>``."""
+    """Raised by the run_events trigger: see :func:`event_runs` for its payload."""
     return f"{schema}_events_v1"
+
+
+def event_runs(payload: str) -> list[str]:
+    """The run ids (as text) an events channel payload names (pure): ``<run_id>:<seq>``
+    items joined by spaces, one notification per up to 100 runs of a statement
+    (migration 0016; a payload of one item before it)."""
+    return [item.partition(":")[0] for item in payload.split()]
 
 
 async def send(conn: AsyncConnection, channel: str, payload: str = "") -> None:

@@ -1,6 +1,8 @@
 """``run_events``: a run's history, gap-free ``seq`` per run, appended only under the
 run's row lock (by start or by the decider). An AFTER INSERT trigger NOTIFYs
-``<schema>_events_v1`` with ``<run_id>:<seq>`` for live tails. Every statement is
+``<schema>_events_v1`` for live tails (``notify.event_runs``), except for a run's first
+event, which its start writes. No foreign key onto ``runs`` (migration 0016): every
+row is written by a statement that inserted or locked its run. Every statement is
 within the run's shard key (the parameter ``shard``)."""
 
 from __future__ import annotations

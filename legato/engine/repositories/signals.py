@@ -91,8 +91,8 @@ async def send(
     (Client.signal); the decide_queue trigger NOTIFYs the deciders.
     Returns False, writing nothing, when the run is not running. Atomic on its own,
     so outside a transaction it is one round trip. Lock order holds: the decide row
-    is the only lock it can wait on (the foreign-key check of the signal takes KEY
-    SHARE, which a decider's NO KEY UPDATE lets through). The signal's id is the
+    is the only lock it can wait on (no foreign-key check locks the run: migration
+    0016). The signal's id is the
     column default, ``uuid7_v1()`` (``uuidv7()`` on PostgreSQL 18). Primary keys, led
     by the run's key ``shard``; built once."""
     result = await conn.execute(_send_statement(), _send_params(shard, run_id, name, payload))
