@@ -57,9 +57,17 @@ def tenant_hash(key: str) -> int:
 
 @dataclass(frozen=True)
 class Shards:
-    """The installation's key count and the functions from ids and tenant keys to keys."""
+    """The installation's key count and the functions from ids and tenant keys to keys.
+
+    ``distributed`` is the installation's statement layout. On a distributed PostgreSQL
+    (Citus: the flag is set from its install) every hot statement touches one key, so it
+    routes to one node, and a loop sends one take, claim or flush per key it holds. On
+    one PostgreSQL (the default) the loops' takes, claims and report flushes span the
+    keys a process holds in one statement, so a tick costs the round trips it cost
+    before there were keys (docs/design.md, "The statement layout")."""
 
     count: int
+    distributed: bool = False
 
     def __post_init__(self) -> None:
         check_shard_count(self.count)

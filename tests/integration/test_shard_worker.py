@@ -10,9 +10,11 @@ import asyncio
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import event, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -130,8 +132,13 @@ def statements(engine: AsyncEngine) -> Iterator[list[str]]:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
-async def test_a_worker_holding_key_0_never_claims_a_task_of_key_1(engine: AsyncEngine) -> None:
-    shards = await _shards(engine)
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
+async def test_a_worker_holding_key_0_never_claims_a_task_of_key_1(
+    engine: AsyncEngine, distributed: bool
+) -> None:
+    """One claim per key, or, on one PostgreSQL, one claim spanning the held keys: never
+    an attempt of a key not held."""
+    shards = replace(await _shards(engine), distributed=distributed)
     task_ids = await _queued(engine, shards, [0, 1])
     worker = Worker(
         engine, app, shards=shards, held=Held([0]), poll_interval=0.05, worker_id="holds-0"
@@ -164,10 +171,13 @@ def test_a_notify_payload_marks_its_key_or_every_held_key() -> None:
     assert notify.shards_of("x7", [1, 3, 5]) == [1, 3, 5]
 
 
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
 async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
-    engine: AsyncEngine,
+    engine: AsyncEngine, distributed: bool
 ) -> None:
-    shards = await _shards(engine)
+    """Distributed: one statement per key and kind; on one PostgreSQL one statement per
+    kind spans the three keys, each row written in its own run's key."""
+    shards = replace(await _shards(engine), distributed=distributed)
     keys = [2, 5, 9]
     task_ids = await _queued(engine, shards, keys)
     worker = Worker(engine, app, shards=shards, held=Held(keys), worker_id="reporter")
@@ -187,10 +197,11 @@ async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
         "queue row deletes": "DELETE FROM legato.task_queue",
         "task updates": "UPDATE legato.tasks",
     }
+    per_kind = len(keys) if distributed else 1
     for kind, prefix in kinds.items():
         matching = [s for s in sent if prefix in s]
-        assert len(matching) == len(keys), f"{kind}: {matching}"
-    assert len(sent) == len(keys) * len(kinds), sent
+        assert len(matching) == per_kind, f"{kind}: {matching}"
+    assert len(sent) == per_kind * len(kinds), sent
     states = await _states(engine)
     assert all(states[task_ids[key]] is TaskState.COMPLETED for key in keys)
     assert await _queue_rows(engine) == {}

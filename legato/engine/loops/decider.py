@@ -2,8 +2,11 @@
 apply the pure decider's actions. Workers hear of new attempts from the NOTIFY of
 ``task_queue``'s insert trigger; the decider announces cancelled attempts itself.
 
-Work is taken one shard key at a time: a batch is runs of one key, and every statement
-of its decision (lock, snapshot, writes) is within that key. The loop keeps a set of
+In the distributed layout work is taken one shard key at a time: a batch is runs of
+one key, and every statement of its decision (lock, snapshot, writes) is within that
+key. On one PostgreSQL (``Shards.distributed`` False) a tick takes one batch across
+its dirty keys, locks and reads it in one statement each, and writes it one statement
+per key (docs/design.md, "The statement layout"). The loop keeps a set of
 dirty keys — the key in each decide NOTIFY's payload (every held key for an empty or
 unparsable one), the keys a local worker's reports touched (``decide_now``), and every
 held key once per poll interval — and each tick takes from each dirty key it holds; a
@@ -293,24 +296,35 @@ class DecisionAborted(Exception):
 async def decide_runs(
     conn: AsyncConnection,
     shards: Shards,
-    shard: int,
+    keys: Sequence[int],
     run_ids: Sequence[uuid.UUID],
     specs: SpecCache,
     now: datetime,
-) -> Batch:
-    """Lock, load, decide and apply a batch of runs of key ``shard``, in the caller's
-    transaction: one statement per table, each within the key."""
-    locked = await runs.lock_many(conn, shard, run_ids)
+) -> list[Batch]:
+    """Lock, load, decide and apply a batch of runs of ``keys``, in the caller's
+    transaction; one ``Batch`` of writes per key, keys ascending. In the distributed
+    layout ``keys`` is one key and every statement is within it; on one PostgreSQL the
+    lock and the snapshot span the batch's keys (one statement each)."""
+    if shards.distributed:
+        (shard,) = keys
+        locked = await runs.lock_many(conn, shard, run_ids)
+    else:
+        locked = await runs.lock_many_held(conn, keys, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
-    loaded = await tasks.snapshots(conn, shard, ids) if ids else {}
-    batch = Batch(
-        now=now,
-        shards=shards,
-        shard=shard,
-        queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
-    )
+    if not ids:
+        loaded = {}
+    elif shards.distributed:
+        loaded = await tasks.snapshots(conn, keys[0], ids)
+    else:
+        loaded = await tasks.snapshots_held(conn, keys, ids)
+    queue_of = {row.task_id: row.queue for rows, _ in loaded.values() for row in rows}
+    batches: dict[int, Batch] = {}
     for run, last_seq in running:
+        shard = shards.of_run(run.id)
+        batch = batches.get(shard)
+        if batch is None:
+            batch = batches[shard] = Batch(now=now, shards=shards, shard=shard, queue_of=queue_of)
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)
         snapshot = RunSnapshot(
             run_id=run.id,
@@ -325,8 +339,10 @@ async def decide_runs(
         batch.add(run, last_seq, actions)
         batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
         batch.lifecycle += relay.lifecycle_events(run.id, batch.facts[-1].first, actions)
-    await batch.write(conn)
-    return batch
+    ordered = [batches[shard] for shard in sorted(batches)]
+    for batch in ordered:
+        await batch.write(conn)
+    return ordered
 
 
 def _record(row: tasks.TaskRow) -> TaskRecord:
@@ -406,7 +422,7 @@ async def complete_parents(
             error=error,
         )
         reports.append(Report(move, shards.of_run(run.parent_run_id)))
-    await apply_reports(conn, reports, "child finished")
+    await apply_reports(conn, shards, reports, "child finished")
 
 
 def decision_retry_delay(failures: int, base: timedelta, cap: timedelta) -> timedelta:
@@ -507,10 +523,18 @@ class DeciderLoop(Loop):
         return keys
 
     async def tick(self) -> bool:
-        """One take per dirty held key, each key's batch in its own transaction; True when
-        a take came back full (its key stays dirty) or a key was marked meanwhile."""
-        full = False
+        """One take per dirty held key (distributed layout, each key's batch in its own
+        transaction), or one take over every dirty held key (one PostgreSQL); True when a
+        take came back full (its keys stay dirty) or a key was marked meanwhile."""
         keys = self._due_keys()
+        if not keys:
+            return False
+        if not self.shards.distributed:
+            if await self._decide(keys):
+                self._dirty.update(dict.fromkeys(keys))
+                return True
+            return bool(self._dirty)
+        full = False
         if len(keys) > 1 and self.helper is not None:
             # The sibling loop takes the other half of the keys: one decides while the
             # other waits on PostgreSQL.
@@ -518,19 +542,35 @@ class DeciderLoop(Loop):
             self.helper.decide_now(keys[half:])
             keys = keys[:half]
         for shard in keys:
-            if await self._decide_key(shard):
+            if await self._decide([shard]):
                 self._dirty[shard] = None
                 full = True
         return full
 
-    async def _decide_key(self, shard: int) -> bool:
-        """Take and decide one batch of key ``shard``; True when the take was full."""
+    async def _take(
+        self,
+        conn: AsyncConnection,
+        keys: Sequence[int],
+        limit: int,
+        run_ids: Sequence[uuid.UUID] | None = None,
+    ) -> dict[uuid.UUID, int]:
+        """The layout's take: of the one key ``keys`` holds (distributed), or across them."""
+        self.takes += 1
+        if self.shards.distributed:
+            (shard,) = keys
+            return await decide_queue.take(conn, shard, limit, run_ids)
+        return await decide_queue.take_held(conn, keys, self.shards.count, limit, run_ids)
+
+    def _keys_of(self, run_ids: Iterable[uuid.UUID]) -> list[int]:
+        return sorted({self.shards.of_run(run_id) for run_id in run_ids})
+
+    async def _decide(self, keys: Sequence[int]) -> bool:
+        """Take and decide one batch of ``keys``; True when the take was full."""
         began = time.time_ns()
         claimed: list[uuid.UUID] = []
         try:
             async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
-                self.takes += 1
-                claimed = list(await decide_queue.take(conn, shard, self.batch_size))
+                claimed = list(await self._take(conn, keys, self.batch_size))
                 if not claimed:
                     return False
                 # Read after the take, whose ``available_at <= now()`` used the server's
@@ -538,36 +578,40 @@ class DeciderLoop(Loop):
                 # run taken at its start time with an earlier time.
                 now = datetime.now(UTC)
                 if len(claimed) >= self.batch_size and self.helper is not None:
-                    self.helper.decide_now([shard])  # more may wait in this key
-                batch = await decide_runs(conn, self.shards, shard, claimed, self.specs, now)
-                await local.lease(conn, shard, batch.enqueues, now)
-                await self._announce(conn, batch.cancels_attempts)
+                    self.helper.decide_now(keys)  # more may wait in these keys
+                batches = await decide_runs(
+                    conn, self.shards, self._keys_of(claimed), claimed, self.specs, now
+                )
+                for batch in batches:
+                    await local.lease(conn, batch.shard, batch.enqueues, now)
+                await self._announce(conn, any(batch.cancels_attempts for batch in batches))
             self.decided += len(claimed)
-            hooks.decisions_committed(batch.facts, began)
+            hooks.decisions_committed([fact for batch in batches for fact in batch.facts], began)
         except Exception:
             if not claimed:
                 raise
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
             hooks.decision_batch_failed(len(claimed), began)
-            await self._one_by_one(shard, claimed)
+            await self._one_by_one(keys, claimed)
         return len(claimed) >= self.batch_size
 
-    async def _one_by_one(self, shard: int, run_ids: Sequence[uuid.UUID]) -> None:
+    async def _one_by_one(self, keys: Sequence[int], run_ids: Sequence[uuid.UUID]) -> None:
         began = time.time_ns()
         facts: list[hooks.DecisionFacts] = []
         async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
             cancels = False
-            self.takes += 1
-            taken = await decide_queue.take(conn, shard, len(run_ids), run_ids)
-            now = datetime.now(UTC)  # after the take, as in ``_decide_key``
+            taken = await self._take(conn, keys, len(run_ids), run_ids)
+            now = datetime.now(UTC)  # after the take, as in ``_decide``
             for run_id, failed_before in taken.items():
+                shard = self.shards.of_run(run_id)
                 try:
                     async with conn.begin_nested():
-                        batch = await decide_runs(
-                            conn, self.shards, shard, [run_id], self.specs, now
+                        batches = await decide_runs(
+                            conn, self.shards, [shard], [run_id], self.specs, now
                         )
-                        await local.lease(conn, shard, batch.enqueues, now)
+                        for batch in batches:
+                            await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:
                     if conn.invalidated:
                         raise  # the connection died, not the decision: the tick is retried
@@ -575,8 +619,9 @@ class DeciderLoop(Loop):
                     await self._failed(conn, shard, run_id, failed_before + 1, error, now)
                     continue
                 self.decided += 1
-                facts += batch.facts
-                cancels = cancels or batch.cancels_attempts
+                for batch in batches:
+                    facts += batch.facts
+                    cancels = cancels or batch.cancels_attempts
             await self._announce(conn, cancels)
         hooks.decisions_committed(facts, began)
 

@@ -79,6 +79,6 @@ class LeaseSweeper(Loop):
                 )
                 for item in expired
             ]
-            await apply_reports(conn, reports, "lease expired")
+            await apply_reports(conn, self.shards, reports, "lease expired")
         self.swept += len(expired)
         return len(expired) >= self.batch_size

@@ -108,6 +108,6 @@ class TimerLoop(Loop):
                 for t in fired
                 if t.kind not in _RUN_KINDS
             ]
-            await apply_reports(conn, reports, "timer fired")
+            await apply_reports(conn, self.shards, reports, "timer fired")
         self.fired += len(fired)
         return len(due) >= self.batch_size

@@ -231,33 +231,51 @@ class Worker(Loop):
         pair = self._next_dirty(held)
         if pair is None:
             return False
+        pairs = [pair, *self._dirty_of_queue(pair[1], held)]
         self._reserve(free)
         try:
-            claimed = await self._claim(*pair, free)
+            claimed = await self._claim([shard for shard, _ in pairs], pair[1], free)
         except BaseException:
-            self._dirty[pair] = None  # still to take
+            self._dirty.update(dict.fromkeys(pairs))  # still to take
             raise
         finally:
             self._release(free)
         self._start(claimed)
         if len(claimed) >= free:
-            self._dirty[pair] = None  # a full claim: more may wait there
-            self._behind.add(pair)
+            self._dirty.update(dict.fromkeys(pairs))  # a full claim: more may wait there
+            self._behind.update(pairs)
         else:
-            self._behind.discard(pair)
+            self._behind.difference_update(pairs)
         return bool(self._dirty)
 
-    async def _claim(self, shard: int, queue: str, free: int) -> list[task_queue.Claimed]:
-        """Lease up to ``free`` attempts of key ``shard`` in ``queue``."""
+    def _dirty_of_queue(self, queue: str, held: Sequence[int]) -> list[tuple[int, str]]:
+        """On one PostgreSQL (a claim spans keys), the other dirty held keys of ``queue``
+        of an unlimited queue, taken off the dirty set: one claim serves them all."""
+        if self.shards.distributed or self._admissions[queue] is not None:
+            return []
+        pairs = [pair for pair in self._dirty if pair[1] == queue and pair[0] in held]
+        for pair in pairs:
+            del self._dirty[pair]
+        return pairs
+
+    async def _claim(self, keys: list[int], queue: str, free: int) -> list[task_queue.Claimed]:
+        """Lease up to ``free`` attempts of ``queue`` in ``keys``: one key (the distributed
+        layout, a limited queue) or several in one statement."""
         admission = self._admissions[queue]
         if admission is not None:
+            (shard,) = keys
             async with self.engine.begin() as conn:
                 return await admission.claim(conn, shard, queue, self.worker_id, free, self.lease)
         # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
         async with self.engine.connect() as conn:
             autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            return await task_queue.claim(
-                autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
+            if self.shards.distributed:
+                (shard,) = keys
+                return await task_queue.claim(
+                    autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
+                )
+            return await task_queue.claim_held(
+                autocommit, keys, queue, self.task_names, self.worker_id, free, self.lease
             )
 
     def _free(self) -> int:
@@ -409,7 +427,7 @@ class Worker(Loop):
                     return report
                 if not transaction.is_active:
                     return _report(item, TaskState.FAILED, None, _ENDED_BY_TASK)
-                if not await apply_reports(conn, [report], "task finished"):
+                if not await apply_reports(conn, self.shards, [report], "task finished"):
                     raise _Superseded
         except _Superseded:
             log.warning(
@@ -460,7 +478,7 @@ class Worker(Loop):
         absorbed: Absorbed = None
         try:
             async with self.engine.begin() as conn:
-                await apply_reports(conn, batch, "task finished")
+                await apply_reports(conn, self.shards, batch, "task finished")
                 if self.reports is not None:  # _finished nudges the local decider instead
                     absorbed = await self.reports.absorb(conn, self._decide_channel)
         except Exception as error:

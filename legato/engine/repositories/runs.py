@@ -32,7 +32,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
+from legato.engine.repositories.params import (
+    Unnest,
+    fan_out,
+    in_array,
+    shard_param,
+    shards_param,
+    uuid_array,
+)
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
 from legato.schema.values import TaskError
@@ -245,16 +252,20 @@ async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: s
 
 
 @cache
-def _lock_statement() -> Select[*_RunColumns, int]:
+def _lock_statement(spanning: bool) -> Select[*_RunColumns, int]:
     last_seq = (
         select(func.coalesce(func.max(RunEvents.seq), 0))
-        .where(RunEvents.shard == shard_param(), RunEvents.run_id == Runs.id)
+        .where(
+            RunEvents.shard == (Runs.shard if spanning else shard_param()),
+            RunEvents.run_id == Runs.id,
+        )
         .scalar_subquery()
     )
+    key = in_array(Runs.shard, shards_param()) if spanning else Runs.shard == shard_param()
     return (
         _select()
         .add_columns(last_seq)
-        .where(Runs.shard == shard_param(), in_array(Runs.id, uuid_array("run_ids")))
+        .where(key, in_array(Runs.id, uuid_array("run_ids")))
         .order_by(Runs.id)
         # NO KEY UPDATE: inserts of the run's tasks, signals and history (their foreign
         # keys take KEY SHARE on this row) need not wait for the decision.
@@ -270,7 +281,22 @@ async def lock_many(
     transition of a run happens under this lock. Primary keys (shard, id) of the runs'
     partitions; the seq from ``run_events``' primary key (shard, run_id, seq).
     """
-    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids), "in_shard": shard})
+    result = await conn.execute(
+        _lock_statement(False), {"run_ids": list(run_ids), "in_shard": shard}
+    )
+    return [(_row(row[:12]), row[12]) for row in result]
+
+
+async def lock_many_held(
+    conn: AsyncConnection, keys: Sequence[int], run_ids: Sequence[uuid.UUID]
+) -> list[tuple[RunRow, int]]:
+    """:func:`lock_many` of runs of any of ``keys`` in ONE statement (decider loop of a
+    single-node installation, a batch taken across its held keys): ``shard = ANY``
+    over the batch's keys with the ids, each run's seq read in its own key. The same
+    order and lock; the same primary keys."""
+    result = await conn.execute(
+        _lock_statement(True), {"run_ids": list(run_ids), "in_shards": list(keys)}
+    )
     return [(_row(row[:12]), row[12]) for row in result]
 
 

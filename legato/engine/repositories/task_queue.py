@@ -42,6 +42,7 @@ from legato.engine.repositories.params import (
     in_array,
     rows_of,
     shard_param,
+    shards_param,
     text_array,
     uuid_array,
 )
@@ -88,7 +89,9 @@ def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
     return {**_NEW_ROWS.bind(rows), "in_shard": shard}
 
 
-def _keyed(shard: int, keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
+def _keyed(
+    shard: int | None, keys: Sequence[tuple[str, uuid.UUID]]
+) -> tuple[ColumnElement[bool], ...]:
     """Rows of key ``shard`` by (queue, task_id): task ids are unique across queues, and
     the queue names prune the hash partitions; array parameters keep one statement
     shape."""
@@ -121,14 +124,18 @@ class Claimed:
     trace_context: JsonValue  # the run starter's W3C trace context, or None
 
 
-def claim_candidates() -> Select[str, uuid.UUID]:
+def claim_candidates(spanning: bool = False) -> Select[str, uuid.UUID]:
     """The unleased, available rows of one key and queue a claim takes, best first
     (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``); locked by the caller.
+    ``spanning``: of any key in ``in_shards`` instead, oldest first across them.
     ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
+    key = in_array(TaskQueue.shard, shards_param()) if spanning else (
+        TaskQueue.shard == shard_param()
+    )
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
-            TaskQueue.shard == shard_param(),
+            key,
             TaskQueue.queue == bindparam("in_queue", type_=Text()),
             in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
@@ -158,21 +165,25 @@ _LeaseReturning = ReturningUpdate[
 
 
 @cache
-def _claim_statement() -> _LeaseReturning:
-    return _lease_statement(locked(claim_candidates(), "candidates"))
+def _claim_statement(spanning: bool) -> _LeaseReturning:
+    candidates = claim_candidates(spanning)
+    if spanning:
+        candidates = candidates.add_columns(TaskQueue.shard)
+    return _lease_statement(locked(candidates, "candidates"), spanning=spanning)
 
 
-def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
+def _lease_statement(chosen: Any, clock: Any = None, spanning: bool = False) -> _LeaseReturning:
     """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) of key ``in_shard`` to
     ``owner`` and mark their attempts RUNNING, returning what the worker needs to run
     them; ``clock`` (the transaction's ``now()`` unless given) stamps the lease and
-    ``started_at``. Each table is filtered by the one key parameter."""
+    ``started_at``. Each table is filtered by the one key parameter, or, ``spanning``,
+    by the key of each chosen row (``chosen.c.shard``)."""
     owner = bindparam("owner", type_=Text())
     clock = func.now() if clock is None else clock
     leased = (
         update(TaskQueue.table)
         .where(
-            TaskQueue.shard == shard_param(),
+            TaskQueue.shard == (chosen.c.shard if spanning else shard_param()),
             TaskQueue.queue == chosen.c.queue,
             TaskQueue.task_id == chosen.c.task_id,
         )
@@ -191,15 +202,16 @@ def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
         )
         .cte("leased")
     )
+    key = leased.c.shard if spanning else shard_param()
     return (
         update(Tasks.table)
         .where(
-            Tasks.shard == shard_param(),
+            Tasks.shard == key,
             Tasks.run_id == leased.c.run_id,
             Tasks.id == leased.c.task_id,
             Tasks.attempt == leased.c.attempt,
             Tasks.state == TaskState.QUEUED,
-            Runs.shard == shard_param(),
+            Runs.shard == key,
             Runs.id == Tasks.run_id,
         )
         .values(state=TaskState.RUNNING, started_at=clock, lease_owner=owner)
@@ -243,9 +255,39 @@ async def claim(
     primary keys of ``tasks`` and ``runs``. Built once.
     """
     result = await conn.execute(
-        _claim_statement(),
+        _claim_statement(False),
         {
             "in_shard": shard,
+            "in_queue": queue,
+            "task_names": list(task_names),
+            "owner": owner,
+            "limit": limit,
+            "lease": lease,
+        },
+    )
+    return [Claimed(**row._asdict()) for row in result]
+
+
+async def claim_held(
+    conn: AsyncConnection,
+    keys: Sequence[int],
+    queue: str,
+    task_names: Sequence[str],
+    owner: str,
+    limit: int,
+    lease: timedelta,
+) -> list[Claimed]:
+    """:func:`claim` over every key in ``keys`` in ONE statement (worker loop of a
+    single-node installation, once per dirty queue over its dirty held keys): the best
+    available attempts of any of those keys, highest priority first, then oldest — the
+    one queue before there were keys, fair between keys by age. Each leased row, its
+    task and its run are matched in the row's own key. The same fences and ``SKIP
+    LOCKED``; ``ix_task_queue_dequeue``, one range per key (``shard = ANY``), then the
+    primary keys. Built once."""
+    result = await conn.execute(
+        _claim_statement(True),
+        {
+            "in_shards": list(keys),
             "in_queue": queue,
             "task_names": list(task_names),
             "owner": owner,
@@ -425,6 +467,29 @@ async def remove(
     else:
         statement = statement.add_cte(concurrency.freed(_slot_holders(keys)))
     await conn.execute(statement)
+
+
+async def remove_held(
+    conn: AsyncConnection,
+    keys: Sequence[tuple[int, str, uuid.UUID]],
+    *,
+    unleased: bool = False,
+) -> None:
+    """:func:`remove` of rows of any key, given as (shard, queue, task_id), in ONE
+    statement (report flushes of a single-node installation): each row matched in its
+    own key (``shard = ANY`` over the flush's keys with the queues and task ids). Primary
+    key."""
+    if not keys:
+        return
+    pairs = [(queue, task_id) for _, queue, task_id in keys]
+    statement = delete(TaskQueue.table).where(
+        in_array(TaskQueue.shard, shards_param()), *_keyed(None, pairs)[1:]
+    )
+    if unleased:
+        statement = statement.where(TaskQueue.lease_expires_at.is_(None))
+    else:
+        statement = statement.add_cte(concurrency.freed(_slot_holders(pairs)))
+    await conn.execute(statement, {"in_shards": sorted({shard for shard, _, _ in keys})})
 
 
 def _slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
