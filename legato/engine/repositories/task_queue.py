@@ -540,6 +540,24 @@ async def expired(conn: AsyncConnection, shard: int, limit: int) -> list[Expired
     return [Expired(*row) for row in result]
 
 
+async def expired_held(conn: AsyncConnection, keys: Sequence[int], limit: int) -> list[Expired]:
+    """:func:`expired` over every key in ``keys`` in ONE statement (lease sweeper of a
+    single-node installation, one read per round over its held keys), oldest lease
+    first. ``ix_task_queue_leased`` (shard, lease_expires_at), one range per key."""
+    result = await conn.execute(
+        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
+        .where(
+            in_array(TaskQueue.shard, shards_param()),
+            TaskQueue.lease_expires_at.is_not(None),
+            TaskQueue.lease_expires_at < func.now(),
+        )
+        .order_by(TaskQueue.lease_expires_at)
+        .limit(limit),
+        {"in_shards": list(keys)},
+    )
+    return [Expired(*row) for row in result]
+
+
 async def leased_by(conn: AsyncConnection, owner: str) -> int:
     """Fan-out across shard keys: how many rows ``owner`` still leases, in every key
     (tests of graceful shutdown, ``legato`` status; never on a hot path)."""
