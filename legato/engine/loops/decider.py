@@ -5,8 +5,8 @@ apply the pure decider's actions. Workers hear of new attempts from the NOTIFY o
 In the distributed layout work is taken one shard key at a time: a batch is runs of
 one key, and every statement of its decision (lock, snapshot, writes) is within that
 key. On one PostgreSQL (``Shards.distributed`` False) a tick takes one batch across
-its dirty keys, locks and reads it in one statement each, and writes it one statement
-per key (docs/design.md, "The statement layout"). The loop keeps a set of
+its dirty keys, and locks, reads and writes it in one statement each (docs/design.md,
+"The statement layout"). The loop keeps a set of
 dirty keys — the key in each decide NOTIFY's payload (every held key for an empty or
 unparsable one), the keys a local worker's reports touched (``decide_now``), and every
 held key once per poll interval — and each tick takes from each dirty key it holds; a
@@ -104,8 +104,9 @@ _FINISHED_STATES = frozenset(
 
 @dataclass
 class Batch:
-    """The writes of a batch of decisions of runs of key ``shard``, gathered so each table
-    gets one statement (within that key).
+    """The writes of a batch of decisions of runs of key ``shard`` (of any keys when None:
+    one PostgreSQL), gathered so each table gets one statement (within that key, or
+    spanning the batch's keys).
 
     The one place the decider's actions become the repositories' rows: ``add`` maps
     each action to the row it writes as it gathers it; ``write`` only settles what
@@ -114,7 +115,7 @@ class Batch:
 
     now: datetime
     shards: Shards
-    shard: int
+    shard: int | None
     queue_of: dict[uuid.UUID, str | None] = field(default_factory=dict)
     creates: list[tasks.NewTask] = field(default_factory=list)
     enqueues: list[task_queue.NewQueueRow] = field(default_factory=list)
@@ -128,6 +129,13 @@ class Batch:
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
     facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
     lifecycle: list[outbox.Event] = field(default_factory=list)  # webhooks, same transaction
+
+    def enqueues_by_key(self) -> dict[int, list[task_queue.NewQueueRow]]:
+        """The attempts this batch enqueues, by their runs' keys, keys ascending."""
+        grouped: dict[int, list[task_queue.NewQueueRow]] = {}
+        for row in self.enqueues:
+            grouped.setdefault(self.shards.of_run(row.run_id), []).append(row)
+        return dict(sorted(grouped.items()))
 
     @property
     def cancels_attempts(self) -> bool:
@@ -244,39 +252,43 @@ class Batch:
         moves = [move for move in self.resolves if move.task_id not in created]
         # Queue rows before task rows: the order a worker's claim takes them in, so
         # they go in a statement of their own, before the moves (cancellations only).
-        await task_queue.remove(
-            conn,
-            self.shard,
-            [(queue, move.task_id) for move in moves if (queue := self.queue_of.get(move.task_id))],
+        cancelled = [
+            (move.run_id, queue, move.task_id)
+            for move in moves
+            if (queue := self.queue_of.get(move.task_id))
+        ]
+        if self.shard is None:
+            held = [(self.shards.of_run(run_id), q, task_id) for run_id, q, task_id in cancelled]
+            await task_queue.remove_held(conn, held)
+        else:
+            await task_queue.remove(conn, self.shard, [(q, t) for _, q, t in cancelled])
+        writes = decisions.Writes(
+            creates=[
+                row._replace(observed=True) if row.id in observed else row for row in folded
+            ],
+            enqueues=[row for row in self.enqueues if row.task_id not in resolved],
+            timers=self.timers,
+            consumed=self.consumed,
+            moves=[
+                move._replace(observed=True) if move.task_id in observed else move
+                for move in moves
+            ],
+            observed=[
+                pair
+                for pair in self.observed
+                if pair[1] not in created and pair[1] not in resolved
+            ],
+            events=self.events,
+            lifecycle=self.lifecycle,
+            finishes=[
+                runs.Finish(run_id=run.id, status=f.status, output=f.output, error=f.error)
+                for run, f in self.finishes
+            ],
         )
-        applied = await decisions.write(
-            conn,
-            self.shard,
-            decisions.Writes(
-                creates=[
-                    row._replace(observed=True) if row.id in observed else row for row in folded
-                ],
-                enqueues=[row for row in self.enqueues if row.task_id not in resolved],
-                timers=self.timers,
-                consumed=self.consumed,
-                moves=[
-                    move._replace(observed=True) if move.task_id in observed else move
-                    for move in moves
-                ],
-                observed=[
-                    pair
-                    for pair in self.observed
-                    if pair[1] not in created and pair[1] not in resolved
-                ],
-                events=self.events,
-                lifecycle=self.lifecycle,
-                finishes=[
-                    runs.Finish(run_id=run.id, status=f.status, output=f.output, error=f.error)
-                    for run, f in self.finishes
-                ],
-            ),
-            self.now,
-        )
+        if self.shard is None:
+            applied = await decisions.write_held(conn, self.shards, writes, self.now)
+        else:
+            applied = await decisions.write(conn, self.shard, writes, self.now)
         stale = [m.task_id for m in moves if m.task_id not in applied]
         if stale:
             raise DecisionAborted(f"tasks {stale} were no longer active")
@@ -300,11 +312,11 @@ async def decide_runs(
     run_ids: Sequence[uuid.UUID],
     specs: SpecCache,
     now: datetime,
-) -> list[Batch]:
+) -> Batch:
     """Lock, load, decide and apply a batch of runs of ``keys``, in the caller's
-    transaction; one ``Batch`` of writes per key, keys ascending. In the distributed
-    layout ``keys`` is one key and every statement is within it; on one PostgreSQL the
-    lock and the snapshot span the batch's keys (one statement each)."""
+    transaction. In the distributed layout ``keys`` is one key and every statement is
+    within it; on one PostgreSQL the lock, the snapshot and the writes each span the
+    batch's keys in one statement."""
     if shards.distributed:
         (shard,) = keys
         locked = await runs.lock_many(conn, shard, run_ids)
@@ -318,13 +330,13 @@ async def decide_runs(
         loaded = await tasks.snapshots(conn, keys[0], ids)
     else:
         loaded = await tasks.snapshots_held(conn, keys, ids)
-    queue_of = {row.task_id: row.queue for rows, _ in loaded.values() for row in rows}
-    batches: dict[int, Batch] = {}
+    batch = Batch(
+        now=now,
+        shards=shards,
+        shard=keys[0] if shards.distributed else None,
+        queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
+    )
     for run, last_seq in running:
-        shard = shards.of_run(run.id)
-        batch = batches.get(shard)
-        if batch is None:
-            batch = batches[shard] = Batch(now=now, shards=shards, shard=shard, queue_of=queue_of)
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)
         snapshot = RunSnapshot(
             run_id=run.id,
@@ -339,10 +351,8 @@ async def decide_runs(
         batch.add(run, last_seq, actions)
         batch.facts.append(hooks.decision_facts(spec, run, last_seq, snapshot, actions, now))
         batch.lifecycle += relay.lifecycle_events(run.id, batch.facts[-1].first, actions)
-    ordered = [batches[shard] for shard in sorted(batches)]
-    for batch in ordered:
-        await batch.write(conn)
-    return ordered
+    await batch.write(conn)
+    return batch
 
 
 def _record(row: tasks.TaskRow) -> TaskRecord:
@@ -579,14 +589,14 @@ class DeciderLoop(Loop):
                 now = datetime.now(UTC)
                 if len(claimed) >= self.batch_size and self.helper is not None:
                     self.helper.decide_now(keys)  # more may wait in these keys
-                batches = await decide_runs(
+                batch = await decide_runs(
                     conn, self.shards, self._keys_of(claimed), claimed, self.specs, now
                 )
-                for batch in batches:
-                    await local.lease(conn, batch.shard, batch.enqueues, now)
-                await self._announce(conn, any(batch.cancels_attempts for batch in batches))
+                for shard, rows in batch.enqueues_by_key().items():
+                    await local.lease(conn, shard, rows, now)
+                await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
-            hooks.decisions_committed([fact for batch in batches for fact in batch.facts], began)
+            hooks.decisions_committed(batch.facts, began)
         except Exception:
             if not claimed:
                 raise
@@ -607,11 +617,10 @@ class DeciderLoop(Loop):
                 shard = self.shards.of_run(run_id)
                 try:
                     async with conn.begin_nested():
-                        batches = await decide_runs(
+                        batch = await decide_runs(
                             conn, self.shards, [shard], [run_id], self.specs, now
                         )
-                        for batch in batches:
-                            await local.lease(conn, shard, batch.enqueues, now)
+                        await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:
                     if conn.invalidated:
                         raise  # the connection died, not the decision: the tick is retried
@@ -619,9 +628,8 @@ class DeciderLoop(Loop):
                     await self._failed(conn, shard, run_id, failed_before + 1, error, now)
                     continue
                 self.decided += 1
-                for batch in batches:
-                    facts += batch.facts
-                    cancels = cancels or batch.cancels_attempts
+                facts += batch.facts
+                cancels = cancels or batch.cancels_attempts
             await self._announce(conn, cancels)
         hooks.decisions_committed(facts, began)
 

@@ -50,6 +50,7 @@ from legato.engine.repositories.params import (
     in_array,
     int_array,
     rows_of,
+    run_shard,
     shard_param,
     text_array,
     uuid_array,
@@ -124,11 +125,11 @@ async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) ->
         await conn.execute(_publish_statement(), published_params(shard, events))
 
 
-def published() -> CTE:
+def published(spanning: bool = False) -> CTE:
     """:func:`publish` as a data-modifying CTE, bound by :func:`published_params` (a part
     of ``decisions.write``, so a decision batch's lifecycle events cost no statement
     of their own: most deployments have no endpoint, and then it inserts nothing)."""
-    return _publish_statement().cte("published")
+    return _publish_statement(spanning).cte("published")
 
 
 def published_params(shard: int, events: Sequence[Event]) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def published_params(shard: int, events: Sequence[Event]) -> dict[str, Any]:
 
 
 @cache
-def _publish_statement() -> Insert:
+def _publish_statement(spanning: bool = False) -> Insert:
     given = rows_of(
         "lifecycle",
         event_id=uuid_array("event_ids"),
@@ -151,7 +152,8 @@ def _publish_statement() -> Insert:
         type=text_array("types"),
         payload=text_array("payloads"),
     )
-    shard = shard_param()
+    # Spanning (``decisions.write_held``): each event in its run's key.
+    shard = run_shard(given.c.run_id) if spanning else shard_param()
     rows = (
         select(
             given.c.event_id,

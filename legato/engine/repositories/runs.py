@@ -36,6 +36,7 @@ from legato.engine.repositories.params import (
     Unnest,
     fan_out,
     in_array,
+    run_shard,
     shard_param,
     shards_param,
     uuid_array,
@@ -320,13 +321,13 @@ _FINISHES = Unnest("finished", Finish, Runs, columns={"run_id": Runs.id})
 
 
 @cache
-def finished() -> Update:
+def finished(spanning: bool = False) -> Update:
     """Move RUNNING runs of key ``:shard`` to their final status (``decisions.write``,
     under the runs' locks, bound by :func:`finished_params`). One UPDATE joined to
     ``unnest`` of array parameters for the batch (built once); primary keys (shard, id)
     of the runs' partitions."""
     return _FINISHES.update(
-        Runs.shard == shard_param(),
+        Runs.shard == (run_shard(_FINISHES.value("run_id")) if spanning else shard_param()),
         in_array(Runs.id, uuid_array("fence_ids")),
         Runs.id == _FINISHES.value("run_id"),
         Runs.status == RunStatus.RUNNING,

@@ -41,6 +41,7 @@ from legato.engine.repositories.params import (
     fan_out,
     in_array,
     rows_of,
+    run_shard,
     shard_param,
     shards_param,
     text_array,
@@ -77,12 +78,14 @@ async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]
 
 
 @cache
-def enqueued() -> Insert:
+def enqueued(spanning: bool = False) -> Insert:
     """One INSERT over ``unnest`` of array parameters for a batch of runs of one key
     (the scalar parameter ``shard``, the name every part of ``decisions.write`` shares);
     its statement trigger NOTIFYs the workers once, with the key as payload (even for no
     rows, so a decision that enqueues nothing leaves it out). Built once."""
-    return _NEW_ROWS.insert(shard=shard_param())
+    return _NEW_ROWS.insert(
+        shard=run_shard(_NEW_ROWS.value("run_id")) if spanning else shard_param()
+    )
 
 
 def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:

@@ -244,7 +244,7 @@ _NEW_TASKS = Unnest("new_tasks", NewTask, Tasks)
 
 
 @cache
-def inserted() -> Insert:
+def inserted(spanning: bool = False) -> Insert:
     """Insert the attempts a batch of decisions created in key ``:shard``
     (``decisions.write``, bound by :func:`inserted_params`): one INSERT over ``unnest``
     of array parameters, every row taking the one key; built once.
@@ -252,7 +252,8 @@ def inserted() -> Insert:
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
     """
-    return _NEW_TASKS.insert(shard=shard_param())
+    key = run_shard(_NEW_TASKS.value("run_id")) if spanning else shard_param()
+    return _NEW_TASKS.insert(shard=key)
 
 
 def inserted_params(shard: int, rows: Sequence[NewTask]) -> dict[str, Any]:
@@ -361,7 +362,7 @@ def moved(spanning: bool = False) -> ReturningUpdate[uuid.UUID, str]:
 
 
 @cache
-def marked_observed() -> Update:
+def marked_observed(spanning: bool = False) -> Update:
     """Record that the decider has written these terminal rows' history
     (``decisions.write``, bound by :func:`marked_observed_params`). One UPDATE for the
     batch, within key ``:shard``; primary keys (shard, run_id, id) of the runs'
@@ -369,7 +370,7 @@ def marked_observed() -> Update:
     return (
         update(Tasks.table)
         .where(
-            Tasks.shard == shard_param(),
+            in_array(Tasks.shard, shards_param()) if spanning else Tasks.shard == shard_param(),
             in_array(Tasks.run_id, uuid_array("observed_run_ids")),
             # Task ids are unique across runs; the run ids prune partitions.
             in_array(Tasks.id, uuid_array("observed_task_ids")),

@@ -34,6 +34,7 @@ from legato.engine.repositories.params import (
     SHARDS_PARAM,
     Unnest,
     in_array,
+    run_shard,
     shard_param,
     shards_param,
 )
@@ -76,10 +77,12 @@ async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now
 
 
 @cache
-def armed() -> Insert:
+def armed(spanning: bool = False) -> Insert:
     """:func:`arm`'s INSERT, every row in key ``:shard`` (also a CTE of
     ``decisions.write``)."""
-    return _TIMERS.insert(shard=shard_param())
+    return _TIMERS.insert(
+        shard=run_shard(_TIMERS.value("run_id")) if spanning else shard_param()
+    )
 
 
 def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
