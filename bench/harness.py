@@ -24,7 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bench.txcount import LOG_LINE_PREFIX, PROBE_APP, STATEMENT_LOG, LogWindow
 from legato import migrations
-from legato.db import create_engine, resolve_url
+from legato.db import create_engine
+from legato.db.urls import resolve_url
 from legato.embedded import LocalPostgres
 from legato.testing.database import running_pgbouncer
 

@@ -102,6 +102,19 @@ class RunFinished(LegatoError):
     """The run has already finished, so it cannot be signalled or cancelled."""
 
 
+class RunStillRunning(LegatoError):
+    """``rerun`` of a run that has not finished: cancel it or wait for it first."""
+
+
+class UnknownNode(LegatoError, LookupError):
+    """``rerun(from_node=...)`` names a node the chosen version of the workflow lacks."""
+
+
+class RerunIncompatible(LegatoError):
+    """The chosen version cannot reuse the original run's outputs: the message names the
+    node and why (rerun from an earlier node, or on the original version)."""
+
+
 @dataclass(frozen=True)
 class NodeFailure:
     """What failed a run (``RunFailed.error``): the error, and the node attempt it ended.

@@ -23,7 +23,8 @@ from alembic.util import CommandError
 from sqlalchemy import Column, Connection, MetaData, String, Table, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import DEFAULT_SCHEMA, connect, schema_mismatch, validate_schema_name
+from legato.db.schema_names import DEFAULT_SCHEMA, validate_schema_name
+from legato.db.server_check import connect, schema_mismatch
 from legato.errors import ConfigurationError, IncompatibleDatabase
 from legato.schema import Installation
 from legato.schema.shards import check_shard_count

@@ -104,6 +104,41 @@ class RunDetails:
     run: Run
     tasks: list[Attempt]
     history: list[HistoryEvent]
+    # The run this one reruns (``Client.rerun``), and the reruns of this one, oldest first.
+    rerun_of: uuid.UUID | None = None
+    reruns: tuple[uuid.UUID, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs ``Client.list_runs`` and the bulk actions (``Client.bulk_cancel``,
+    ``bulk_rerun``, ``bulk_resume``) choose; every criterion given must hold.
+
+    ``created_after``/``created_before`` bound the run's creation time (its UUIDv7 id);
+    ``error_type`` matches the run's error (``ErrorInfo.type``); ``node`` chooses runs
+    with a node of that id that failed or timed out and never completed."""
+
+    workflow: str | None = None
+    version: int | None = None
+    status: RunStatus | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    error_type: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk action did: ``matched`` runs chose by the filter, ``done`` acted on,
+    ``skipped`` left as they were (already cancelled, finished, not quarantined, or,
+    for a rerun, already rerun), ``failed`` refused with a typed error (its message in
+    ``errors``, by run id; at most the first 20)."""
+
+    matched: int = 0
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    errors: tuple[tuple[uuid.UUID, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,11 @@ from legato.arguments import (
     check_poll_interval,
     check_seconds,
 )
-from legato.db import check_database, engine_schema, listen_engine
+from legato.db import listen_engine
+from legato.db.schema_names import engine_schema
+from legato.db.server_check import check_database
 from legato.engine.deploy import deploy_workflows
+from legato.engine.input_check import InputChecks
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.maintenance import MaintenanceLoop
@@ -246,6 +249,7 @@ class Runtime:
             # run waiting (DeciderLoop.helper): built last to first, each given the next.
             # The process's decider loops share its decider keys.
             decider_keys = self._lease(shards, "decider")
+            inputs = InputChecks(app.workflows)
             helper: DeciderLoop | None = None
             for i in reversed(range(deciders)):
                 helper = DeciderLoop(
@@ -260,6 +264,7 @@ class Runtime:
                     helper=helper,
                     handoff=self.handoff,
                     restarts=restarts,
+                    inputs=inputs,
                 )
                 self.decider_loops.insert(0, helper)
             self.loops += self.decider_loops

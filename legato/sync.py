@@ -27,7 +27,9 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import JsonValue
 
 from legato.arguments import RunId
-from legato.client import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL, Client, RunHandle
+from legato.client import Client, RunHandle
+from legato.client.base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_POLL_INTERVAL
+from legato.debounce import Debounce
 from legato.errors import ClientClosed
 from legato.flow import App, Workflow
 from legato.models import HistoryEvent, QuarantinedRun, RunDetails, RunPage
@@ -129,6 +131,7 @@ class SyncClient:
         run_id: RunId | None = None,
         start_at: datetime | None = None,
         shard_key: str | None = None,
+        debounce: Debounce | None = None,
     ) -> SyncRunHandle[Out]: ...
 
     @overload
@@ -141,6 +144,7 @@ class SyncClient:
         run_id: RunId | None = None,
         start_at: datetime | None = None,
         shard_key: str | None = None,
+        debounce: Debounce | None = None,
     ) -> SyncRunHandle[JsonValue]: ...
 
     def start(
@@ -152,6 +156,7 @@ class SyncClient:
         run_id: RunId | None = None,
         start_at: datetime | None = None,
         shard_key: str | None = None,
+        debounce: Debounce | None = None,
     ) -> SyncRunHandle[Any]:
         """``Client.start``."""
         handle: RunHandle[Any] = self._call(
@@ -162,6 +167,7 @@ class SyncClient:
                 run_id=run_id,
                 start_at=start_at,
                 shard_key=shard_key,
+                debounce=debounce,
             )
         )
         return SyncRunHandle(self, handle)

@@ -15,13 +15,10 @@ from alembic import context
 from sqlalchemy import Connection, func, select
 from sqlalchemy.schema import CreateSchema
 
-from legato.db import (
-    DEFAULT_SCHEMA,
-    check_server_version,
-    create_engine,
-    resolve_url,
-    validate_schema_name,
-)
+from legato.db import create_engine
+from legato.db.schema_names import DEFAULT_SCHEMA, validate_schema_name
+from legato.db.server_check import check_server_version
+from legato.db.urls import resolve_url
 from legato.migrations import VERSION_TABLE
 from legato.schema import metadata
 

@@ -13,9 +13,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato import migrations
+from legato import distributed, migrations
 from legato.cli import command, group, nonempty, number_in, shown
-from legato.db import create_engine, resolve_schema, resolve_url, schema_mismatch
+from legato.db import create_engine
+from legato.db.schema_names import resolve_schema
+from legato.db.server_check import schema_mismatch
+from legato.db.urls import resolve_url
 from legato.engine.repositories import partitions
 from legato.outages import as_unavailable
 from legato.schema.shards import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
@@ -39,9 +42,39 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[tuple[AsyncEngine, 
 
 async def _upgrade(args: argparse.Namespace) -> int:
     async def upgrade(engine: AsyncEngine, schema: str, revision: str) -> None:
+        if args.layout == "distributed":  # refused before anything is migrated
+            async with engine.connect() as conn:
+                if not await distributed.citus_coordinator(conn):
+                    raise distributed.not_a_coordinator()
         await migrations.upgrade(engine, schema, revision, shard_count=args.shards)
+        await _lay_out(engine, schema, args.layout)
 
     return await _migrate(args, upgrade)
+
+
+async def _lay_out(engine: AsyncEngine, schema: str, layout: str | None) -> None:
+    """After the migrations: distribute the schema over Citus (``--distributed``, or by
+    default on a Citus coordinator) or leave it on one PostgreSQL, and say which."""
+    count = await migrations.recorded_shard_count(engine, schema)
+    async with engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        on_citus = await distributed.citus_coordinator(autocommit)
+        already = await distributed.is_distributed(autocommit, schema)
+        if count is None or layout == "single-node" or (layout is None and not on_citus):
+            if already:
+                print(f"schema {schema!r} stays distributed over Citus (it cannot be undone)")
+            elif on_citus:
+                print(f"schema {schema!r} is on the Citus coordinator alone (--single-node)")
+            else:
+                print(f"schema {schema!r} is on one PostgreSQL (no Citus coordinator here)")
+            return
+        made = await distributed.distribute(autocommit, schema, count)
+    how = "detected Citus" if layout is None else "--distributed"
+    print(
+        f"schema {schema!r} is distributed over Citus ({how}): {len(made.distributed)} tables "
+        f"by shard in {made.citus_shards} co-located Citus shards (one per key), "
+        f"{len(made.reference)} reference tables, {len(made.coordinator)} on the coordinator"
+    )
 
 
 async def _downgrade(args: argparse.Namespace) -> int:
@@ -142,6 +175,24 @@ def register(commands: Any) -> None:
             f"$LEGATO_SHARD_COUNT, else {DEFAULT_SHARD_COUNT}); on a schema that has its "
             "keys, a different N is refused"
         ),
+    )
+    layout = upgrade.add_mutually_exclusive_group()
+    layout.add_argument(
+        "--distributed",
+        dest="layout",
+        action="store_const",
+        const="distributed",
+        help=(
+            "distribute the run-scoped tables over the Citus cluster this database is the "
+            "coordinator of (default: when the database has Citus)"
+        ),
+    )
+    layout.add_argument(
+        "--single-node",
+        dest="layout",
+        action="store_const",
+        const="single-node",
+        help="keep every table on this server, even on a Citus coordinator",
     )
     downgrade = command(
         db_commands,

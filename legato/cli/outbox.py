@@ -21,7 +21,9 @@ from legato.cli import (
     number_in,
     render,
 )
-from legato.db import create_engine, resolve_schema, resolve_url
+from legato.db import create_engine
+from legato.db.schema_names import resolve_schema
+from legato.db.urls import resolve_url
 from legato.engine.loops.relay import RelaySettings
 from legato.engine.repositories.outbox import Delivery
 from legato.errors import InvalidArgument

@@ -28,7 +28,9 @@ from legato.cli import (
 )
 from legato.cli.apps import add_app, load_app
 from legato.client import Client
-from legato.db import create_engine, resolve_schema, resolve_url
+from legato.db import create_engine
+from legato.db.schema_names import resolve_schema
+from legato.db.urls import resolve_url
 from legato.flow import App
 from legato.observability import serve_metrics
 from legato.runtime import Roles, Runtime

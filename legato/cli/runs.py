@@ -1,16 +1,17 @@
-"""``legato runs list | show | resume | watch | start | signal | emit | cancel``: thin
-wrappers around :class:`legato.Client`, which checks the database before each."""
+"""``legato runs list | show | watch | start | signal | emit``: thin wrappers around
+:class:`legato.Client`, which checks the database before each; ``cancel``, ``rerun``
+and ``resume``, by id or by filter, are in ``runs_bulk.py``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import re
 import sys
 import uuid
+from dataclasses import fields
 from typing import Any
 
 from pydantic import JsonValue
@@ -23,6 +24,7 @@ from legato.cli import (
     nonempty,
     number_in,
     render,
+    runs_bulk,
     seconds,
     shown,
 )
@@ -35,6 +37,7 @@ from legato.errors import (
     PayloadTooLarge,
 )
 from legato.flow import InputValidationError
+from legato.models import RunFilter
 from legato.schema import RunStatus
 
 MAX_LIMIT = 1000  # Client.list_runs' page size limit
@@ -127,22 +130,15 @@ def parse_json(value: str | None, option: str) -> JsonValue:
     return parsed
 
 
-def _status(value: str) -> RunStatus:
-    try:
-        return RunStatus(value.upper())
-    except ValueError:
-        choices = ", ".join(s.value.lower() for s in RunStatus)
-        raise argparse.ArgumentTypeError(
-            f"unknown status {shown(value)} (one of {choices})"
-        ) from None
-
-
 async def _runs_list(args: argparse.Namespace) -> int:
     if args.quarantined:
         return await _runs_quarantined(args)
     async with connected(args) as client:
+        chosen = runs_bulk.chosen_filter(args) or RunFilter()
         page = await client.list_runs(
-            workflow=args.workflow, status=args.status, before=args.before, limit=args.limit
+            **{f.name: getattr(chosen, f.name) for f in fields(chosen)},
+            before=args.before,
+            limit=args.limit,
         )
     if not page.runs:
         print("no runs")
@@ -169,24 +165,16 @@ async def _runs_quarantined(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _runs_resume(args: argparse.Namespace) -> int:
-    run_id = parse_run_id(args.run_id)
-    async with connected(args) as client:
-        if not await client.resume(run_id):
-            raise LegatoError(
-                f"run {run_id} is not quarantined: nothing to resume "
-                "(`legato runs list --quarantined` lists the runs that are)"
-            )
-    print(f"resumed run {run_id}: its decision is due again")
-    return 0
-
-
 async def _runs_show(args: argparse.Namespace) -> int:
     run_id = parse_run_id(args.run_id)
     async with connected(args) as client:
         details = await client.get_run(run_id)
     for line in render.run_summary(details.run):
         print(line)
+    if details.rerun_of is not None:
+        print(f"rerun of  {details.rerun_of}")
+    for later in details.reruns:
+        print(f"rerun as  {later}")
     print()
     print("attempts")
     for line in render.attempts_table(details.tasks) if details.tasks else ["  (none yet)"]:
@@ -273,26 +261,12 @@ async def _runs_emit(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _runs_cancel(args: argparse.Namespace) -> int:
-    run_id = parse_run_id(args.run_id)
-    async with connected(args) as client:
-        await client.cancel(run_id)
-        if args.wait:
-            with contextlib.suppress(Exception):
-                await client.result(run_id, timeout=args.timeout)
-            run = (await client.get_run(run_id)).run
-            print(f"run {run_id} {run.status.value}")
-            return 0
-    print(f"cancel requested for run {run_id}")
-    return 0
-
-
 def register(commands: Any) -> None:
     """Register the ``legato runs`` group on the root parser."""
     subcommands = group(
         commands,
         "runs",
-        "list, inspect, watch, start, signal, cancel and resume runs",
+        "list, inspect, watch, start, signal, cancel, rerun and resume runs",
         description="Inspect and drive runs.",
         epilog="""examples:
   legato runs list --status running
@@ -301,6 +275,8 @@ def register(commands: Any) -> None:
   legato runs watch "$RUN"
   legato runs show "$RUN"
   legato runs cancel "$RUN"
+  legato runs rerun "$RUN" --from charge
+  legato runs rerun --workflow signup --status failed --dry-run
 
 `legato runs COMMAND --help` describes each command.""",
     )
@@ -313,17 +289,11 @@ def register(commands: Any) -> None:
         """examples:
   legato runs list
   legato runs list --workflow signup --status running
+  legato runs list --workflow orders --status failed --node charge --error-type ValueError
+  legato runs list --created-after 2026-12-01T00:00:00+00:00 --workflow-version 3
   legato runs list --limit 20 --before 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
     )
-    listing.add_argument(
-        "--workflow", type=nonempty, metavar="NAME", help="only runs of this workflow"
-    )
-    listing.add_argument(
-        "--status",
-        type=_status,
-        metavar="STATUS",
-        help="only runs in this status: running, succeeded, failed, cancelled, timed_out",
-    )
+    runs_bulk.add_filters(listing)
     listing.add_argument(
         "--limit",
         type=_limit,
@@ -352,20 +322,6 @@ def register(commands: Any) -> None:
   legato runs show 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f""",
     )
     show.add_argument("run_id", metavar="RUN_ID")
-
-    resume = command(
-        subcommands,
-        "resume",
-        "make a quarantined run's decision due again (after fixing what made it fail)",
-        _runs_resume,
-        """examples:
-  legato runs list --quarantined
-  legato runs resume 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
-
-A run whose decision fails is retried with back-off; after 10 failures in a row
-it is quarantined: no decider touches it until it is resumed.""",
-    )
-    resume.add_argument("run_id", metavar="RUN_ID")
 
     watch = command(
         subcommands,
@@ -450,22 +406,7 @@ begins. With --app the payload is validated by the wait's model.""",
     emit.add_argument("--payload", metavar="JSON", help="the event's payload (default: null)")
     add_app(emit, required=False, what="; validates the payload")
 
-    cancel = command(
-        subcommands,
-        "cancel",
-        "cancel a running run (running tasks are interrupted)",
-        _runs_cancel,
-        """examples:
-  legato runs cancel 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f
-  legato runs cancel 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f --wait""",
-    )
-    cancel.add_argument("run_id", metavar="RUN_ID")
-    cancel.add_argument(
-        "--wait", action="store_true", help="wait until the run has finished cancelling"
-    )
-    cancel.add_argument(
-        "--timeout", type=seconds, default=60.0, metavar="S", help="with --wait (default: 60)"
-    )
+    runs_bulk.register(subcommands)
 
 
 def _run_id_arg(value: str) -> uuid.UUID:

@@ -8,7 +8,8 @@ import uuid
 from pydantic import JsonValue, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato.db import check_database, engine_schema
+from legato.db.schema_names import engine_schema
+from legato.db.server_check import check_database
 from legato.deploy_check.assessment import Assessment
 from legato.deploy_check.report import DeployReport, RunState
 from legato.engine.repositories import definitions, in_flight

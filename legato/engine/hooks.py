@@ -144,6 +144,8 @@ class DecisionFacts:
     timeouts: tuple[AttemptNote, ...]
     retries: tuple[AttemptNote, ...]
     finished: str | None
+    # Why a failed run failed ("InvalidInput: ..."), for its log line.
+    failure: str | None = None
 
 
 def _task_of(spec: WorkflowSpec, node_id: str) -> tuple[str | None, str | None]:
@@ -179,6 +181,7 @@ def decision_facts(
     timeouts: list[AttemptNote] = []
     retries: list[AttemptNote] = []
     finished: str | None = None
+    failure: str | None = None
     for action in actions:
         if isinstance(action, AppendEvent) and action.type == "task_timed_out":
             task, queue = _task_of(spec, action.node_id or "")
@@ -210,6 +213,8 @@ def decision_facts(
             )
         elif isinstance(action, FinishRun):
             finished = action.status.value
+            if action.error is not None:
+                failure = f"{action.error.type}: {action.error.message}"
     return DecisionFacts(
         run_id=run.id,
         workflow=run.workflow_name,
@@ -219,6 +224,7 @@ def decision_facts(
         timeouts=tuple(timeouts),
         retries=tuple(retries),
         finished=finished,
+        failure=failure,
     )
 
 
@@ -258,10 +264,11 @@ def decisions_committed(facts: Sequence[DecisionFacts], started_ns: int) -> None
         if fact.finished is not None:
             metrics.run_finished(fact.workflow, fact.finished)
             decider_log.info(
-                "run %s of %s finished: %s",
+                "run %s of %s finished: %s%s",
                 fact.run_id,
                 fact.workflow,
                 fact.finished,
+                "" if fact.failure is None else f" ({fact.failure})",
                 extra={
                     "run_id": str(fact.run_id),
                     "workflow": fact.workflow,

@@ -46,22 +46,29 @@ def by_shard(reports: Sequence[Report]) -> dict[int, list[Report]]:
 
 
 async def apply_reports(
-    conn: AsyncConnection, shards: Shards, reports: Sequence[Report], reason: str
+    conn: AsyncConnection,
+    reports: Sequence[Report],
+    reason: str,
+    *,
+    layout: Shards | None = None,
 ) -> int:
     """Apply reports in the caller's transaction; returns how many were not stale.
 
     The runs' decide rows (in (key, run id) order), then the queue rows, then the task
-    rows. In the distributed layout (``shards.distributed``) one statement of each kind
-    per key, keys ascending, each filtered by that key; on one PostgreSQL one statement
-    of each kind for every key of the batch (the ``*_held`` statements), in the same
-    lock order. Stale reports (an attempt already finished, cancelled or superseded)
-    change no task; their queue rows go, because their attempt is over. The deciders
-    are notified at commit (decide_queue's trigger, once per key).
+    rows: one statement of each kind per key, keys ascending, each filtered by that
+    key — unless ``layout`` is a single-node installation's (``Shards.distributed``
+    False) and the reports span keys: then one statement of each kind for every key of
+    the batch (the ``*_held`` statements), in the same lock order. Callers whose
+    reports are of one key (a transactional attempt's completion) pass no layout.
+    Stale reports (an attempt already finished, cancelled or superseded) change no
+    task; their queue rows go, because their attempt is over. The deciders are
+    notified at commit (decide_queue's trigger, once per key).
     """
-    if not shards.distributed:
-        return await _apply_held(conn, shards.count, reports, reason)
+    grouped = by_shard(reports)
+    if layout is not None and not layout.distributed and len(grouped) > 1:
+        return await _apply_held(conn, layout.count, reports, reason)
     applied = 0
-    for shard, group in by_shard(reports).items():
+    for shard, group in grouped.items():
         await decide_queue.enqueue(conn, shard, (report.move.run_id for report in group), reason)
         await task_queue.remove(
             conn, shard, [r.queue_key for r in group if r.queue_key and not r.only_if_unleased]
@@ -79,8 +86,6 @@ async def apply_reports(
 async def _apply_held(
     conn: AsyncConnection, count: int, reports: Sequence[Report], reason: str
 ) -> int:
-    if not reports:
-        return 0
     await decide_queue.enqueue_held(conn, count, (r.move.run_id for r in reports), reason)
     for unleased in (False, True):
         await task_queue.remove_held(

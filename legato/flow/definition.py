@@ -22,7 +22,20 @@ Out = TypeVar("Out")
 
 
 class InputValidationError(ValueError):
-    """A run input, event payload or output that does not fit its declared type."""
+    """A run input, event payload or output that does not fit its declared type;
+    ``problems`` names each field that does not (its dotted path, ``(input)`` for the
+    value itself) and why, as pydantic found them."""
+
+    def __init__(self, message: str, problems: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+def _problems(error: ValidationError) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (".".join(str(part) for part in found["loc"]) or "(input)", found["msg"])
+        for found in error.errors()
+    )
 
 
 class UnknownEventError(LookupError):
@@ -87,7 +100,9 @@ class WorkflowDefinition:
         try:
             parsed = self._input.validate_python(value)
         except ValidationError as exc:
-            raise InputValidationError(f"workflow {self.name!r}: invalid input: {exc}") from exc
+            raise InputValidationError(
+                f"workflow {self.name!r}: invalid input: {exc}", _problems(exc)
+            ) from exc
         dumped: JsonValue = self._input.dump_python(parsed, mode="json")
         return dumped
 

@@ -218,7 +218,7 @@ Installation = InstallationColumns(
     CheckConstraint("id", name="one_row"),
 )
 """What was fixed when the schema was created: the number of shard keys. Read once by
-every Client and Runtime at connect (``legato.db.check_database``)."""
+every Client and Runtime at connect (``legato.db.server_check.check_database``)."""
 
 
 class ShardOwnersColumns(TableColumns):

@@ -79,6 +79,15 @@ class RunsColumns(TableColumns):
     # W3C trace context of the Client.start caller (migration 0005); NULL without tracing.
     trace_context = json_col()
     shard = shard_col()  # migration 0011
+    # The run this one reruns (Client.rerun, migration 0012); in the same key.
+    rerun_of: Column[uuid.UUID | None] = Column(Uuid(as_uuid=True), nullable=True)
+    # Started from SQL (migration 0013): the decider validates the input on the first decision.
+    input_unchecked: Column[bool] = Column(
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="started from SQL: the decider validates the input on the first decision",
+    )
 
 
 Runs = RunsColumns(
@@ -92,6 +101,8 @@ Runs = RunsColumns(
     # Client.list_runs (keyset by id within a workflow) and partitions.drop's active check.
     Index(None, "workflow_name", "id"),
     Index("ix_runs_active", "id", postgresql_where=text("status = 'RUNNING'")),
+    # A run's reruns (runs show, Client.rerun, bulk rerun's skip), within its key.
+    Index("ix_runs_rerun_of", "shard", "rerun_of", postgresql_where=text("rerun_of IS NOT NULL")),
     postgresql_partition_by="RANGE (id)",
 )
 """One row per run; PARTITION BY RANGE (id), monthly (the UUIDv7 encodes the month)."""
@@ -310,3 +321,24 @@ IdempotencyKeys = IdempotencyKeysColumns(
 )
 """Start idempotency; unpartitioned because a unique key on a partitioned table must
     include the partition key, which a (namespace, key) pair cannot."""
+
+
+class DebouncesColumns(TableColumns):
+    """Columns of ``debounces`` (migration 0014)."""
+
+    namespace = text_col()  # the workflow's name
+    key = text_col()
+    run_id = uuid_col()  # the run the window starts; replaced while it is pending
+    first_at = time_col(nullable=False)  # the window's first call: max_wait counts from it
+    expires_at = time_col(nullable=False)
+    shard = shard_col()  # the start's key: Shards.of_key(shard_key or debounce key)
+
+
+Debounces = DebouncesColumns(
+    "debounces",
+    PrimaryKeyConstraint("shard", "namespace", "key"),
+    # The maintenance loop's pruning of closed windows.
+    Index(None, "expires_at"),
+)
+"""The open debounce window of each (workflow, key): calls in it replace the pending
+run's input; unpartitioned, like ``idempotency_keys``, for its unique key."""

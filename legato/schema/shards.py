@@ -60,8 +60,9 @@ class Shards:
     """The installation's key count and the functions from ids and tenant keys to keys.
 
     ``distributed`` is the installation's statement layout. On a distributed PostgreSQL
-    (Citus: the flag is set from its install) every hot statement touches one key, so it
-    routes to one node, and a loop sends one take, claim or flush per key it holds. On
+    (Citus, ``legato.distributed``: the flag is read from its catalog) every hot
+    statement touches one key, so it routes to one node, and a loop sends one take,
+    claim or flush per key it holds. On
     one PostgreSQL (the default) the loops' takes, claims and report flushes span the
     keys a process holds in one statement, so a tick costs the round trips it cost
     before there were keys (docs/design.md, "The statement layout")."""

@@ -48,6 +48,8 @@ from legato.schema.installation_tables import (
     WebhookEndpointsColumns,
 )
 from legato.schema.run_tables import (
+    Debounces,
+    DebouncesColumns,
     DecideQueue,
     DecideQueueColumns,
     IdempotencyKeys,
@@ -73,6 +75,8 @@ __all__ = [
     "SCHEMA_PLACEHOLDER",
     "ConcurrencySlots",
     "ConcurrencySlotsColumns",
+    "Debounces",
+    "DebouncesColumns",
     "DecideQueue",
     "DecideQueueColumns",
     "IdempotencyKeys",

@@ -17,7 +17,8 @@ from pathlib import Path
 import asyncpg
 from sqlalchemy import make_url
 
-from legato.db import create_engine, resolve_url
+from legato.db import create_engine
+from legato.db.urls import resolve_url
 from legato.errors import ConfigurationError
 
 

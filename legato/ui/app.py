@@ -171,6 +171,9 @@ class Dashboard:
             stored=stored,
             graph=svg,
             timeline=None if bars is None else Markup(bars),  # it escapes every label
+            rerun_of=details.rerun_of,
+            reruns=details.reruns,
+            nodes=() if stored is None else stored.node_ids,
         )
 
     async def read(self, query: Any) -> Any:
@@ -395,6 +398,15 @@ class Dashboard:
             raise InvalidInput(f"run {run_id} is not quarantined: nothing to resume")
         return self._back(request, run_id)
 
+    async def rerun(self, request: Request) -> Response:
+        run_id = as_run_id(request.path_params["run_id"])
+        form = await self.form(request)
+        from_node = form.get("from_node", "").strip() or None
+        handle = await self.client.rerun(
+            run_id, from_node=from_node, version=form.get("version", "deployed")
+        )
+        return self._back(request, handle.run_id)
+
     def _back(self, request: Request, run_id: uuid.UUID) -> Response:
         return RedirectResponse(f"{_prefix(request)}/runs/{run_id}", status_code=303)
 
@@ -435,7 +447,7 @@ def create_app(
 ) -> Starlette:
     """The dashboard over ``client``'s database, as an ASGI app.
 
-    ``read_only`` (the default) refuses cancel, signal and resume. With ``token``,
+    ``read_only`` (the default) refuses cancel, signal, resume and rerun. With ``token``,
     every request must carry it; without one, put the app behind your own auth.
     ``allowed_hosts`` are the ``Host`` names it answers to besides localhost,
     127.0.0.1 and [::1] (``*.example.com`` for subdomains, ``*`` for any); without a
@@ -458,6 +470,7 @@ def create_app(
         Route("/runs/{run_id}/cancel", ui.cancel, methods=["POST"], name="cancel"),
         Route("/runs/{run_id}/signal", ui.signal, methods=["POST"], name="signal"),
         Route("/runs/{run_id}/resume", ui.resume, methods=["POST"], name="resume"),
+        Route("/runs/{run_id}/rerun", ui.rerun, methods=["POST"], name="rerun"),
         Route("/workflows", ui.workflows, name="workflows"),
         Route("/workflows/{name}/{version}", ui.workflow, name="workflow"),
         Route("/queues", ui.queues, name="queues"),

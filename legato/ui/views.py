@@ -5,6 +5,7 @@ and a stored spec that may no longer validate."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +46,10 @@ class StoredSpec:
     raw: JsonValue
     spec: WorkflowSpec | None
     error: str | None
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return () if self.spec is None else tuple(n.id for n in self.spec.nodes)
 
 
 def stored_spec(raw: JsonValue) -> StoredSpec:
@@ -130,6 +135,9 @@ class RunView:
     stored: StoredSpec | None
     graph: Markup | None
     timeline: Markup | None
+    rerun_of: uuid.UUID | None = None  # the run this one reruns
+    reruns: tuple[uuid.UUID, ...] = ()  # this run's reruns, oldest first
+    nodes: tuple[str, ...] = ()  # the node ids a rerun may start from
 
     @property
     def children(self) -> list[str]:

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato import App, Runtime
 from legato.db import create_engine
-from legato.engine.loops import decider as decider_loop
+from legato.engine.loops import decision_batch
 from legato.runtime import Roles
 from tests.helpers import write_whole
 
@@ -30,15 +30,15 @@ ROLES = {
 
 
 def pause_decisions(marker: Path) -> None:
-    original = decider_loop.Batch.write
+    original = decision_batch.Batch.write
 
-    async def write_then_hang(self: decider_loop.Batch, conn: AsyncConnection) -> None:
+    async def write_then_hang(self: decision_batch.Batch, conn: AsyncConnection) -> None:
         await original(self, conn)
         runs = sorted({str(row.run_id) for row in self.creates})
         await asyncio.to_thread(write_whole, marker, ",".join(runs))
         await asyncio.sleep(3600)
 
-    decider_loop.Batch.write = write_then_hang  # type: ignore[method-assign]
+    decision_batch.Batch.write = write_then_hang  # type: ignore[method-assign]
 
 
 async def serve(

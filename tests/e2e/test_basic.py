@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client, RunFinished, RunStatus, Runtime
 from tests.e2e.flows import Active, Confirmed, Signup, app, chain, signup
+from tests.helpers import eventually
 
 
 async def test_chain_of_three_tasks(runtime: Runtime, client: Client) -> None:
@@ -38,12 +39,21 @@ async def test_signup_waits_for_the_event(runtime: Runtime, client: Client) -> N
 
 async def test_a_start_time_delays_the_first_decision(runtime: Runtime, client: Client) -> None:
     began = datetime.now(UTC)
-    handle = await client.start(chain, 1, start_at=began + timedelta(seconds=1))
-    await asyncio.sleep(0.5)
-    assert (await client.get_run(handle.run_id)).tasks == []
-    assert await handle.result(timeout=20) == 5
+    delay = timedelta(seconds=5)  # long enough that a loaded machine still looks in time
+    takes = sum(loop.takes for loop in runtime.decider_loops)
+    handle = await client.start(chain, 1, start_at=began + delay)
+    # The start's wake-up made a decider take from the run's key: it found nothing due.
+    await eventually(
+        lambda: sum(loop.takes for loop in runtime.decider_loops) > takes,
+        "a decider's take after the start",
+    )
+    looked = datetime.now(UTC)
+    details = await client.get_run(handle.run_id)
+    if looked < began + delay:
+        assert details.tasks == []
+    assert await handle.result(timeout=30) == 5
     first = min(t.created_at for t in (await client.get_run(handle.run_id)).tasks)
-    assert first >= began + timedelta(seconds=1)
+    assert first >= began + delay
 
 
 async def test_list_runs_filters_and_pages_newest_first(client: Client) -> None:

@@ -4,7 +4,6 @@ attempt's body having run at most once and every completed attempt exactly once.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from collections import Counter
 from pathlib import Path
@@ -45,21 +44,29 @@ async def test_kill_9_mid_hand_offs_then_another_process_finishes_every_run(
             victim = start("tests.e2e.handoff_procs", database_url, str(handed_file))
             first = await client.start(handoff_flows.three_steps, 0)
             assert await first.result(timeout=60) == 3  # the victim is up
-            # Then runs arrive one by one, as at low load, where decisions hand off (a
-            # burst saturates the worker and leaves the attempts to its claim), until
-            # the victim has handed off 30 attempts; it is killed with more in flight.
+            # Then runs arrive one at a time, each once the one before has finished, as
+            # at low load, where decisions hand off (a backlog leaves the attempts to
+            # the worker's claim, and runs started at a fixed pace are a backlog on a
+            # loaded machine), until the victim has handed off 30 attempts; it is killed
+            # with more in flight: runs go on arriving, without waiting, until attempts
+            # are seen running, and the kill follows that read.
             handles = [first]
             while _handed(handed_file) < 30:
                 assert len(handles) < MAX_RUNS, "the victim hands off nothing"
                 handles.append(await client.start(handoff_flows.three_steps, len(handles)))
-                await asyncio.sleep(0.01)
-            for _ in range(5):
+                await handles[-1].result(timeout=60)
+            while await _running_attempts(engine) < 2:
+                assert len(handles) < MAX_RUNS, "no attempt of the victim is seen running"
                 handles.append(await client.start(handoff_flows.three_steps, len(handles)))
             assert victim.poll() is None
             victim.send_signal(signal.SIGKILL)
             victim.wait()
         handed_by_victim = _handed(handed_file)
-        async with Runtime(engine, handoff_flows.app, poll_interval=0.2) as survivor:
+        # A poll a second (its sweeper times the victim's leases out, its loops look at
+        # the keys they take over): each poll starts a claim round that reserves every
+        # free slot, so polling faster leaves its decisions nothing to hand off on a
+        # loaded machine.
+        async with Runtime(engine, handoff_flows.app, poll_interval=1.0) as survivor:
             await eventually(
                 lambda: _none_running(engine), "every run to finish", timeout=90, interval=0.2
             )
@@ -97,6 +104,10 @@ async def test_kill_9_mid_hand_offs_then_another_process_finishes_every_run(
     assert {error.type for error in lost if error is not None} == {"LeaseExpired"}
     assert await count_rows(engine, TaskQueue) == 0
     assert await count_rows(engine, DecideQueue) == 0
+
+
+async def _running_attempts(engine: AsyncEngine) -> int:
+    return await count_rows(engine, Tasks, Tasks.state == TaskState.RUNNING)
 
 
 async def _none_running(engine: AsyncEngine) -> bool:

@@ -58,8 +58,7 @@ async def test_a_stale_report_changes_nothing(
     assert await handle.result(timeout=20) == 5
     details = await client.get_run(handle.run_id)
     done = details.tasks[0]
-    installed = await client.shards()
-    shard = installed.of_run(handle.run_id)
+    shard = (await client.shards()).of_run(handle.run_id)
     stale = tasks.Transition(
         run_id=handle.run_id,
         task_id=done.task_id,
@@ -68,7 +67,7 @@ async def test_a_stale_report_changes_nothing(
         from_states=(TaskState.RUNNING,),
     )
     async with engine.begin() as conn:
-        assert await apply_reports(conn, installed, [Report(stale, shard)], "test") == 0
+        assert await apply_reports(conn, [Report(stale, shard)], "test") == 0
     wrong_attempt = tasks.Transition(
         run_id=handle.run_id,
         task_id=done.task_id,
@@ -76,7 +75,7 @@ async def test_a_stale_report_changes_nothing(
         state=TaskState.FAILED,
     )
     async with engine.begin() as conn:
-        assert await apply_reports(conn, installed, [Report(wrong_attempt, shard)], "test") == 0
+        assert await apply_reports(conn, [Report(wrong_attempt, shard)], "test") == 0
     after = await client.get_run(handle.run_id)
     assert after.tasks == details.tasks
     assert after.run.status is RunStatus.SUCCEEDED

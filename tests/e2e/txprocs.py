@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine import reports as legato_reports
-from legato.engine.loops import worker
+from legato.engine.loops import worker, worker_attempts
 from legato.engine.reports import Report
 from legato.runtime import Roles
 from legato.schema import Shards
@@ -32,9 +32,13 @@ def stop_around_commit(victim: txflows.Victim) -> None:
     finished = worker.Worker._finished
 
     async def apply_then_stop(
-        conn: AsyncConnection, shards: Shards, reports: Sequence[Report], reason: str
+        conn: AsyncConnection,
+        reports: Sequence[Report],
+        reason: str,
+        *,
+        layout: Shards | None = None,
     ) -> int:
-        applied = await apply_reports(conn, shards, reports, reason)
+        applied = await apply_reports(conn, reports, reason, layout=layout)
         await victim.reached("before_commit", reports[0].move.run_id)
         return applied
 
@@ -46,6 +50,8 @@ def stop_around_commit(victim: txflows.Victim) -> None:
         victim.reached_blocking(txflows.AFTER_COMMIT, flight.claimed.run_id)
         finished(self, task_ids, shards)
 
+    # The transactional completion, and a report the worker flushes.
+    worker_attempts.apply_reports = apply_then_stop  # type: ignore[attr-defined]
     worker.apply_reports = apply_then_stop  # type: ignore[attr-defined]
     worker.Worker._finished = finished_then_stop  # type: ignore[method-assign]
 
@@ -68,7 +74,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--lease", type=float, default=1.0)
+    # An attempt's lease: long enough that a stall of a loaded machine (the victims, the
+    # test process and the server on two shared cores) does not expire a victim's lease
+    # before its attempt reaches its point (the attempt would be retried, and the test's
+    # account of which attempt did the work would be off by one); short enough that the
+    # killed victims' attempts expire soon for the fresh worker.
+    parser.add_argument("--lease", type=float, default=5.0)
     # Long enough that no victim loses its keys to a stall of a loaded machine between
     # the test reading the shares and the victims claiming (the test removes the rows
     # of the victims it killed itself).

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from legato.cli import main
-from legato.db import HEAD_REVISION, resolve_url
+from legato.db.server_check import HEAD_REVISION
+from legato.db.urls import resolve_url
 from tests.helpers import Outcome, run_legato
 
 
@@ -159,3 +160,17 @@ def test_a_shard_count_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixtu
         outcome = run_main(capsys, "db", "upgrade", "--shards", bad)
         assert outcome.status == 2, outcome
         assert "a number of shard keys (1 to 256)" in outcome.stderr
+
+
+async def test_a_plain_server_stays_single_node_and_refuses_distributed(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    refused = await run_legato("db", "upgrade", "--distributed", database_url=url)
+    assert_one_line_error(refused, "no Citus extension", "without --distributed")
+    assert await _schemas(url) == set()  # refused before anything was migrated
+    upgraded = await run_legato("db", "upgrade", database_url=url)
+    assert upgraded.status == 0, upgraded.stderr
+    assert "schema 'legato' is on one PostgreSQL (no Citus coordinator here)" in upgraded.stdout
+    both = await run_legato("db", "upgrade", "--distributed", "--single-node", database_url=url)
+    assert both.status == 2, both

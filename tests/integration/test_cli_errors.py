@@ -27,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from examples.signup import app as signup_app
 from legato import Client
 from legato.cli import main
-from legato.db import create_engine, resolve_url
+from legato.db import create_engine
+from legato.db.urls import resolve_url
 from legato.schema import (
     DecideQueue,
     IdempotencyKeys,
@@ -104,6 +105,7 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "emit"): ("signup.confirmed",),
     ("runs", "cancel"): (RUN,),
     ("runs", "resume"): (RUN,),
+    ("runs", "rerun"): (RUN,),
     ("bench",): ("--scenario", "start", "--size", "tiny"),
     ("stats",): (),
     ("schedules", "list"): (),
@@ -330,6 +332,75 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
     "cancel bad id": (("runs", "cancel", "nope"), ("'nope'",), 1),
     "cancel unknown id": (("runs", "cancel", UNKNOWN), (UNKNOWN,), 1),
     "list bad --before": (("runs", "list", "--before", "nope"), ("--before", "'nope'"), 2),
+    # rerun, and cancel/rerun/resume by filter
+    "rerun bad id": (("runs", "rerun", "nope"), ("not a run id: 'nope'",), 1),
+    "rerun unknown id": (("runs", "rerun", UNKNOWN), ("no run", UNKNOWN), 1),
+    "rerun a running run": (
+        ("runs", "rerun", "{run}"),
+        ("is still running", "cancel it (legato runs cancel"),
+        1,
+    ),
+    "rerun neither id nor filter": (("runs", "rerun"), ("give a RUN_ID, or filters",), 1),
+    "rerun id and filter": (
+        ("runs", "rerun", "{run}", "--workflow", "signup"),
+        ("a run id or filters, not both",),
+        1,
+    ),
+    "rerun unknown version": (
+        ("runs", "rerun", "{run}", "--version", "latest"),
+        ("--version", "'latest'"),
+        2,
+    ),
+    "rerun empty --from": (("runs", "rerun", "{run}", "--from", ""), ("--from",), 2),
+    "rerun unknown status": (("runs", "rerun", "--status", "nope"), ("unknown status 'nope'",), 2),
+    "cancel bad time": (
+        ("runs", "cancel", "--created-after", "yesterday"),
+        ("not a time with a zone: 'yesterday'",),
+        2,
+    ),
+    "cancel time without a zone": (
+        ("runs", "cancel", "--created-before", "2026-01-01T00:00"),
+        ("not a time with a zone",),
+        2,
+    ),
+    "resume reversed time range": (
+        (
+            "runs",
+            "resume",
+            "--created-after",
+            "2026-02-01T00:00:00+00:00",
+            "--created-before",
+            "2026-01-01T00:00:00+00:00",
+        ),
+        ("must be before created_before",),
+        1,
+    ),
+    "cancel --dry-run of one run": (
+        ("runs", "cancel", "{run}", "--dry-run"),
+        ("--dry-run is for filters",),
+        1,
+    ),
+    "cancel many unconfirmed": (
+        ("runs", "cancel", "--workflow", "signup", "--confirm-above", "0"),
+        ("1 runs match, more than --confirm-above 0: pass --yes",),
+        1,
+    ),
+    "cancel --confirm-above -1": (
+        ("runs", "cancel", "--workflow", "signup", "--confirm-above", "-1"),
+        ("--confirm-above", "'-1'"),
+        2,
+    ),
+    "list --workflow-version 0": (
+        ("runs", "list", "--workflow-version", "0"),
+        ("--workflow-version", "'0'"),
+        2,
+    ),
+    "list empty --node": (("runs", "list", "--node", ""), ("--node",), 2),
+    "list long --error-type": (
+        ("runs", "list", "--error-type", "x" * 300),
+        ("error_type",),
+        1,
+    ),
     # numbers
     "list --limit 5000": (
         ("runs", "list", "--limit", "5000"),

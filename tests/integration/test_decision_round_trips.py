@@ -130,7 +130,6 @@ async def test_an_attempt_started_and_cancelled_in_one_decision(engine: AsyncEng
             # Not a list: the map fails as it starts, after the greeting has started.
             await apply_reports(
                 conn,
-                shards,
                 [
                     Report(
                         tasks.Transition(handle.run_id, listed, 1, TaskState.COMPLETED, "x"),

@@ -9,7 +9,7 @@ run on a real database (in a transaction rolled back) while the SQL they send is
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +28,8 @@ from legato.engine.repositories import (
 )
 from legato.engine.repositories.params import FAN_OUT
 from legato.engine.repositories.ui_queries import RunQuery
+from legato.models import RunFilter
+from legato.schema import RunStatus
 
 DIALECT = create_engine("postgresql://nobody@/nowhere", "legato").dialect  # compiles only
 
@@ -54,8 +56,23 @@ INLINE: dict[str, FanOut] = {
         conn, timedelta(hours=1), timedelta(days=1)
     ),
     "runs.list_runs": lambda conn: runs.list_runs(
-        conn, workflow_name="wf", status=None, before=None, limit=10
+        conn, RunFilter(workflow="wf"), before=None, limit=10
     ),
+    "runs.list_runs(every filter)": lambda conn: runs.list_runs(
+        conn,
+        RunFilter(
+            workflow="wf",
+            version=2,
+            status=RunStatus.FAILED,
+            created_after=datetime(2026, 1, 1, tzinfo=UTC),
+            created_before=datetime(2027, 1, 1, tzinfo=UTC),
+            error_type="ValueError",
+            node="charge",
+        ),
+        before=None,
+        limit=10,
+    ),
+    "runs.count_runs": lambda conn: runs.count_runs(conn, RunFilter(status=RunStatus.FAILED)),
     "task_queue.leased_by": lambda conn: task_queue.leased_by(conn, "worker-1"),
     "outbox.entries(dead)": lambda conn: outbox.entries(conn, dead=True, limit=10),
     "outbox.entries(pending)": lambda conn: outbox.entries(conn, dead=False, limit=10),

@@ -114,7 +114,10 @@ async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_
     )
     remote_loop = asyncio.create_task(remote.run())
     try:
-        async with Runtime(engine, app, concurrency=2, poll_interval=0.2) as runtime:
+        # No poll in this process: a poll would start a claim round (one claim per key,
+        # each reserving every free slot), and a decision meanwhile hands nothing off.
+        # The remote worker polls; this one is woken by its own decisions.
+        async with Runtime(engine, app, concurrency=2, poll_interval=60) as runtime:
             assert runtime.handoff is not None and runtime.worker is not None
             await _swept(runtime)
             handle = await client.start(held_fanout, list(range(6)))

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, ConfigurationError, webhooks
-from legato.db import check_database
+from legato.db.server_check import check_database
 from legato.engine.loops.relay import RelayLoop, RelaySettings
 from legato.engine.repositories import outbox
 from legato.schema import Outbox, Shards, uuid7

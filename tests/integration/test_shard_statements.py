@@ -40,6 +40,7 @@ RUN_SCOPED = (
     "timers",
     "outbox",
     "idempotency_keys",
+    "debounces",
 )
 _KEY_CONDITION = re.compile(r"\bshard\)? = \(?\$(\d+)\b")
 _KEY_CONSTANT = re.compile(r"\bshard\)? = '?(\d+)'?(?:::smallint)?\b")

@@ -19,9 +19,10 @@ from sqlalchemy import event, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Flow, Node, TaskContext, task, workflow
-from legato.db import check_database
+from legato.db.server_check import check_database
 from legato.engine.loops.lease_sweeper import LeaseSweeper
-from legato.engine.loops.worker import Worker, _report
+from legato.engine.loops.worker import Worker
+from legato.engine.loops.worker_attempts import report_of
 from legato.engine.repositories import notify, task_queue
 from legato.schema import (
     DecideQueue,
@@ -189,7 +190,7 @@ async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
             )
         await conn.commit()
     assert sorted(c.shard for c in claimed) == keys
-    worker._reports = [_report(c, TaskState.COMPLETED, c.shard, None) for c in claimed]
+    worker._reports = [report_of(c, TaskState.COMPLETED, c.shard, None) for c in claimed]
     with statements(engine) as sent:
         assert await worker.flush()
     kinds = {

@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato import db as legato_db
 from legato import migrations
-from legato.db import MAX_SCHEMA_NAME_LENGTH, check_database, create_engine
+from legato.db import create_engine, server_check
+from legato.db.schema_names import MAX_SCHEMA_NAME_LENGTH
+from legato.db.server_check import HEAD_REVISION, check_database
 from legato.engine.repositories import notify
 from legato.errors import ConfigurationError, IncompatibleDatabase
 from legato.schema import SchemaVersion
@@ -33,7 +34,7 @@ def server_reports_13(monkeypatch: pytest.MonkeyPatch) -> None:
     def pg13(_conn: Connection) -> int:
         return 130011
 
-    monkeypatch.setattr(legato_db, "read_server_version_num", pg13)
+    monkeypatch.setattr(server_check, "read_server_version_num", pg13)
 
 
 @pytest.mark.usefixtures("server_reports_13")
@@ -72,7 +73,7 @@ async def test_a_schema_newer_than_the_package_says_upgrade_the_package(
             await check_database(conn, "legato")
     message = str(caught.value)
     assert "at migration 0099, newer than this Legato package" in message
-    assert f"up to {legato_db.HEAD_REVISION}" in message
+    assert f"up to {HEAD_REVISION}" in message
     assert "upgrade the legato package" in message
     check = await run_legato("db", "check", database_url=database_url)
     assert check.status == 1

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from examples.signup import Signup, app, signup
 from legato import Client, InvalidInput, RunNotFound, RunStatus
-from legato.db import resolve_url
+from legato.db.urls import resolve_url
 
 # The user's own table, in the user's schema: their engine knows nothing of Legato's.
 _metadata = MetaData()

@@ -16,7 +16,8 @@ from pathlib import Path
 from sqlalchemy import inspect
 
 from legato import migrations
-from legato.db import check_database, create_engine
+from legato.db import create_engine
+from legato.db.server_check import check_database
 
 HOST_ENV = """\
 import asyncio

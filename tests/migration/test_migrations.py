@@ -16,7 +16,8 @@ from sqlalchemy import Connection, MetaData, inspect, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato import migrations
-from legato.db import HEAD_REVISION, create_engine
+from legato.db import create_engine
+from legato.db.server_check import HEAD_REVISION
 from legato.schema import SchemaVersion, metadata, uuid7_bound
 
 PARTITION = re.compile(r"_p\d+$|^task_queue_h\d+$")

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from legato import migrations
-from legato.db import check_database, create_engine
+from legato.db import create_engine
+from legato.db.server_check import check_database
 from legato.errors import ConfigurationError
 from legato.schema import Shards, uuid7
 from legato.schema.shards import DEFAULT_SHARD_COUNT

@@ -41,7 +41,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 import tests.migration.in_flight_flows as flows
 from legato import Client, RunStatus, Runtime, TaskState, migrations
-from legato.db import check_database, connect, create_engine
+from legato.db import create_engine
+from legato.db.server_check import check_database, connect
 from legato.models import FINAL_EVENTS, RunDetails
 from legato.schema import Shards
 

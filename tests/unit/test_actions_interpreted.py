@@ -25,7 +25,7 @@ from legato.engine.decider.model import (
     StartChildRun,
     TaskRecord,
 )
-from legato.engine.loops.decider import Batch
+from legato.engine.loops.decision_batch import Batch
 from legato.engine.repositories import runs
 from legato.schema import DEFAULT_SHARD_COUNT, NodeKind, RunStatus, Shards, TaskState, TimerKind
 

@@ -17,7 +17,7 @@ from legato.cli import (
     shown,
 )
 from legato.cli.runs import MAX_JSON_DEPTH, json_depth, parse_json
-from legato.db import resolve_url
+from legato.db.urls import resolve_url
 from legato.errors import ConfigurationError, InvalidInput
 
 

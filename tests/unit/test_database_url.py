@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from legato.db import resolve_url, validate_schema_name
+from legato.db.schema_names import validate_schema_name
+from legato.db.urls import resolve_url
 from legato.errors import ConfigurationError
 
 

@@ -6,13 +6,8 @@ import inspect
 
 import pytest
 
-from legato.db import (
-    IDENTIFIER_LIMIT,
-    MAX_SCHEMA_NAME_LENGTH,
-    require_supported_server,
-    schema_mismatch,
-    validate_schema_name,
-)
+from legato.db.schema_names import IDENTIFIER_LIMIT, MAX_SCHEMA_NAME_LENGTH, validate_schema_name
+from legato.db.server_check import require_supported_server, schema_mismatch
 from legato.engine.repositories import notify
 from legato.errors import ConfigurationError, IncompatibleDatabase
 

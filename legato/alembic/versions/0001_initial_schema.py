@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from legato.alembic import ddl_0001
-from legato.db import check_server_version
+from legato.db.server_check import check_server_version
 from legato.migrations import migration_schema, record_revision
 
 revision: str = "0001"

@@ -87,6 +87,6 @@ class LeaseSweeper(Loop):
                 )
                 for item in expired
             ]
-            await apply_reports(conn, self.shards, reports, "lease expired")
+            await apply_reports(conn, reports, "lease expired", layout=self.shards)
         self.swept += len(expired)
         return len(expired) >= self.batch_size

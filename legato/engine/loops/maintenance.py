@@ -1,5 +1,6 @@
 """Periodic maintenance in the decider process: partitions ahead, expired idempotency
-keys and cached task outputs pruned, idle concurrency slots dropped."""
+keys, closed debounce windows and cached task outputs pruned, idle concurrency slots
+dropped."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.loops.supervision import Loop, RestartPolicy
-from legato.engine.repositories import concurrency, idempotency_keys, partitions, task_cache
+from legato.engine.repositories import (
+    concurrency,
+    debounces,
+    idempotency_keys,
+    partitions,
+    task_cache,
+)
 
 log = logging.getLogger("legato.maintenance")
 
@@ -39,6 +46,7 @@ class MaintenanceLoop(Loop):
             created = await partitions.ensure(conn, self.months_ahead, self.days_ahead)
         async with self.engine.begin() as conn:
             pruned = await idempotency_keys.prune(conn)
+            closed = await debounces.prune(conn)
         async with self.engine.begin() as conn:
             uncached = await task_cache.prune(conn)
             idle = await concurrency.prune(conn)
@@ -48,4 +56,6 @@ class MaintenanceLoop(Loop):
             log.info("created partitions: %s", ", ".join(created))
         if pruned:
             log.info("pruned %d expired idempotency keys", pruned)
+        if closed:
+            log.info("pruned %d closed debounce windows", closed)
         return False

@@ -33,7 +33,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.arguments import check_positive_seconds
-from legato.db import engine_schema
+from legato.db.schema_names import engine_schema
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import notify, shard_owners
 from legato.engine.shard_share import describe

@@ -133,5 +133,5 @@ class TimerLoop(Loop):
             for t in fired
             if t.kind not in _RUN_KINDS
         ]
-        await apply_reports(conn, self.shards, reports, "timer fired")
+        await apply_reports(conn, reports, "timer fired", layout=self.shards)
         self.fired += len(fired)

@@ -13,7 +13,9 @@ Reports are buffered and flushed together every few milliseconds (or when a batc
 fills): one transaction, per key, upserts the runs' decide rows (in run-id order),
 deletes the queue rows and applies the fenced task updates — see
 ``legato.engine.reports``. A transactional task's completion is the exception: it is
-applied in the body's own transaction (``Worker._run_transactional``).
+applied in the body's own transaction (``worker_attempts.run_transactional``).
+
+Running one attempt is ``worker_attempts.py``; keeping the leases ``worker_leases.py``.
 """
 
 from __future__ import annotations
@@ -26,28 +28,33 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from pydantic import JsonValue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.arguments import check_bytes, check_count
-from legato.context import TaskCancelled, TaskContext
-from legato.db import engine_schema
-from legato.engine import hooks, output_cache
+from legato.db.schema_names import engine_schema
+from legato.engine import hooks
 from legato.engine.admission import Admission
-from legato.engine.attempts import error_of, output_error
-from legato.engine.decider.model import TaskError
 from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
+from legato.engine.loops.worker_attempts import (
+    Committed,
+    InFlight,
+    Outcome,
+    alive,
+    context_of,
+    run_attempt,
+    run_transactional,
+)
+from legato.engine.loops.worker_leases import keep_leases
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import notify, task_queue, tasks, transactions
+from legato.engine.repositories import notify, task_queue, tasks
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
-from legato.flow import App, TaskDefinition
+from legato.flow import App
 from legato.outages import database_failure, is_database_error, traceback_at_debug
-from legato.schema import Shards, TaskState
+from legato.schema import Shards
 
 log = logging.getLogger("legato.worker")
 
@@ -58,15 +65,6 @@ def default_worker_id() -> str:
 
 # The same limit as a run's input (Client(max_payload_bytes=...)).
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
-
-
-@dataclass
-class _InFlight:
-    claimed: task_queue.Claimed
-    definition: TaskDefinition
-    task: asyncio.Task[None] | None = None
-    last_heartbeat: float = field(default_factory=time.monotonic)
-    lost: bool = False  # the attempt was cancelled or timed out: do not report
 
 
 class Worker(Loop):
@@ -133,7 +131,7 @@ class Worker(Loop):
         self.flush_interval = flush_interval
         self.grace_period = grace_period
         self.worker_id = worker_id or default_worker_id()
-        self._inflight: dict[uuid.UUID, _InFlight] = {}
+        self._inflight: dict[uuid.UUID, InFlight] = {}
         self._reports: list[Report] = []
         self._flush_wanted = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
@@ -322,141 +320,30 @@ class Worker(Loop):
     def _start(self, claimed: list[task_queue.Claimed]) -> None:
         hooks.attempts_claimed(claimed)
         for item in claimed:
-            flight = _InFlight(claimed=item, definition=self.app.tasks[item.task_name])
+            flight = InFlight(claimed=item, definition=self.app.tasks[item.task_name])
             self._inflight[item.task_id] = flight
             flight.task = asyncio.create_task(self._execute(flight))
 
     # -- running ----------------------------------------------------------------------------
 
-    async def _execute(self, flight: _InFlight) -> None:
-        item = flight.claimed
-
-        async def heartbeat() -> None:
-            if flight.lost:
-                raise TaskCancelled(f"attempt {item.attempt} of {item.task_name!r} was cancelled")
-            flight.last_heartbeat = time.monotonic()
-
-        ctx = TaskContext(
-            run_id=item.run_id,
-            task_id=item.task_id,
-            workflow=item.workflow_name,
-            node_id=item.node_id,
-            iteration=item.iteration,
-            attempt=item.attempt,
-            task=item.task_name,
-            _heartbeat=heartbeat,
-        )
+    async def _execute(self, flight: InFlight) -> None:
+        """Run the attempt in its slot; free the slot by its outcome."""
+        ctx = context_of(flight)
+        stopping = self._stopping.is_set
+        outcome: Outcome
         if flight.definition.transactional:
-            report = await self._run_transactional(flight, ctx)
+            outcome = await run_transactional(
+                self.engine, flight, ctx, self.max_output_bytes, stopping
+            )
         else:
-            report = await self._attempt(flight, ctx)
-        if report is not None:
-            self._reports.append(report)
+            outcome = await run_attempt(self.engine, flight, ctx, self.max_output_bytes, stopping)
+        if isinstance(outcome, Committed):
+            self._finished([outcome.task_id], {outcome.shard})
+        elif outcome is not None:
+            self._reports.append(outcome)
             self._flush_wanted.set()
-
-    async def _attempt(self, flight: _InFlight, ctx: TaskContext) -> Report | None:
-        """Run the body once; the report of its outcome, or None when there is nothing to
-        report (the attempt was taken away, or is released because the worker stops)."""
-        item = flight.claimed
-        definition = flight.definition
-        output: JsonValue = None
-        cached = False
-        error: TaskError | None = None
-        timed_out = False
-        # The worker enforces start_to_close itself; the decider's timer is the backstop.
-        limit = definition.start_to_close
-        deadline = asyncio.timeout(None if limit is None else limit.total_seconds())
-        try:
-            async with deadline:
-                output, cached = await hooks.observed_attempt(
-                    item, output_cache.invoke(self.engine, definition, ctx, item.input)
-                )
-        except asyncio.CancelledError:
-            if flight.lost:
-                self._forget(item.task_id)
-                return None  # cancelled or timed out: nothing to report
-            if self.stopping:
-                return None  # released by on_stop so another worker takes it at once
-            raise
-        except TimeoutError as exc:
-            if deadline.expired():
-                timed_out = True
-                error = TaskError(
-                    type="Timeout", message="the attempt did not finish within start_to_close"
-                )
-            else:
-                error = error_of(exc, definition.is_retryable(exc))
-        except Exception as exc:
-            error = error_of(exc, definition.is_retryable(exc))
-        if error is None:
-            error = output_error(output, self.max_output_bytes)
-            if error is not None:
-                output = None
-        if flight.lost:
-            self._forget(item.task_id)
-            return None
-        state = (
-            TaskState.COMPLETED
-            if error is None
-            else TaskState.TIMED_OUT
-            if timed_out
-            else TaskState.FAILED
-        )
-        return _report(item, state, output, error, cached=cached and error is None)
-
-    async def _run_transactional(self, flight: _InFlight, ctx: TaskContext) -> Report | None:
-        """Run a transactional task's body in a transaction on Legato's database and apply
-        its completion in that transaction, so the body's writes and the completion commit
-        once, together, or not at all.
-
-        A body that fails has its writes rolled back and its failure reported as usual
-        (retried per its policy). A completion whose fence matches nothing — the lease
-        expired and the attempt was timed out, maybe retried elsewhere — rolls the whole
-        transaction back. A completion or commit that fails is reported as a failure of
-        the attempt; its fence makes that harmless if the commit did happen.
-        """
-        item = flight.claimed
-        definition = flight.definition
-        assert definition.start_to_close is not None  # @task requires it
-        try:
-            async with self.engine.connect() as conn, conn.begin() as transaction:
-                await transactions.bound(conn, definition.start_to_close)
-                report = await self._attempt(flight, replace(ctx, _connection=conn))
-                if report is None or report.move.state != TaskState.COMPLETED:
-                    await transaction.rollback()
-                    return report
-                if not transaction.is_active:
-                    return _report(item, TaskState.FAILED, None, _ENDED_BY_TASK)
-                if not await apply_reports(conn, self.shards, [report], "task finished"):
-                    raise _Superseded
-        except _Superseded:
-            log.warning(
-                "attempt %d of %r was superseded (its lease expired) before it committed: "
-                "its writes were rolled back",
-                item.attempt,
-                item.task_name,
-                extra=hooks.context_of(item),
-            )
-            self._forget(item.task_id)
-            return None
-        except Exception as exc:
-            if flight.lost:
-                self._forget(item.task_id)
-                return None
-            error = error_of(exc, definition.is_retryable(exc))
-            # The body's own failures are logged where they happen; this is the
-            # completion or the commit failing after the body returned.
-            log.warning(
-                "attempt %d of %r could not commit its transaction: %s: %s",
-                item.attempt,
-                item.task_name,
-                error.type,
-                error.message,
-                extra={**hooks.context_of(item), "error_type": error.type},
-            )
-            return _report(item, TaskState.FAILED, None, error)
-        self._finished([item.task_id], {item.shard})
-        return None
+        elif flight.lost:
+            self._forget(flight.claimed.task_id)
 
     async def _flusher(self) -> None:
         while True:
@@ -478,7 +365,7 @@ class Worker(Loop):
         absorbed: Absorbed = None
         try:
             async with self.engine.begin() as conn:
-                await apply_reports(conn, self.shards, batch, "task finished")
+                await apply_reports(conn, batch, "task finished", layout=self.shards)
                 if self.reports is not None:  # _finished nudges the local decider instead
                     absorbed = await self.reports.absorb(conn, self._decide_channel)
         except Exception as error:
@@ -521,52 +408,22 @@ class Worker(Loop):
     # -- leases -----------------------------------------------------------------------------
 
     async def _lease_keeper(self) -> None:
-        interval = max(self.lease.total_seconds() / 3, 0.05)
-        channel = notify.cancel_channel(self.schema_name)
         # The decider announces cancelled attempts: check leases at once rather than at
-        # the next extension.
-        cancelled = (
-            asyncio.Event() if self._wakeups is None else await self._wakeups.subscribe(channel)
-        )
-        try:
-            while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(cancelled.wait(), timeout=interval)
-                cancelled.clear()
-                try:
-                    await self.extend_leases()
-                except Exception as error:
-                    if not is_database_error(error):
-                        raise  # a bug: the lease keeper's supervisor restarts it
-                    log.warning(
-                        "extending leases failed (%s); retrying in %.1fs",
-                        database_failure(error),
-                        interval,
-                        exc_info=traceback_at_debug(log, error),
-                    )
-        finally:
-            if self._wakeups is not None:
-                await self._wakeups.unsubscribe(channel, cancelled)
+        # the next extension. ``extend_leases`` looked up at each call (tests replace it).
+        channel = notify.cancel_channel(self.schema_name)
+        await keep_leases(self.lease, self._wakeups, channel, lambda: self.extend_leases())
 
     async def extend_leases(self) -> None:
         """Extend the leases of running attempts; cancel those this worker no longer holds.
 
         An attempt whose task declared a heartbeat timeout and has not heartbeat within
-        it is left to expire, so the sweeper times it out.
+        it is left to expire, so the sweeper times it out (``worker_attempts.alive``).
         """
-        now = time.monotonic()
-        alive = {
-            task_id: flight
-            for task_id, flight in self._inflight.items()
-            if not flight.lost
-            and flight.task is not None
-            and not flight.task.done()
-            and not _heartbeat_overdue(flight, now)
-        }
-        if not alive:
+        running = alive(self._inflight, time.monotonic())
+        if not running:
             return
         by_shard: dict[int, list[tuple[str, uuid.UUID]]] = {}
-        for task_id, flight in alive.items():
+        for task_id, flight in running.items():
             by_shard.setdefault(flight.claimed.shard, []).append((flight.claimed.queue, task_id))
         held: set[uuid.UUID] = set()
         async with self.engine.begin() as conn:
@@ -574,7 +431,7 @@ class Worker(Loop):
                 held |= await task_queue.extend_leases(
                     conn, shard, self.worker_id, keys, self.lease
                 )
-        for task_id, flight in alive.items():
+        for task_id, flight in running.items():
             if task_id not in held and flight.task is not None:
                 flight.lost = True
                 flight.task.cancel()
@@ -622,49 +479,3 @@ class Worker(Loop):
     @property
     def schema_name(self) -> str:
         return str(self.engine.get_execution_options()["schema_translate_map"]["legato"])
-
-
-class _Superseded(Exception):
-    """A transactional completion's fence matched nothing: roll the transaction back."""
-
-
-_ENDED_BY_TASK = TaskError(
-    type="TransactionEnded",
-    message="the transactional task committed or rolled back ctx.connection's transaction "
-    "itself, so its completion cannot be applied with its writes: never call commit() or "
-    "rollback() on ctx.connection (use begin_nested() for a savepoint)",
-    retryable=False,
-)
-
-
-def _report(
-    item: task_queue.Claimed,
-    state: TaskState,
-    output: JsonValue,
-    error: TaskError | None,
-    *,
-    cached: bool = False,
-) -> Report:
-    """The report moving a claimed attempt out of RUNNING, with its queue row; ``cached``
-    when the output cache served the output."""
-    return Report(
-        tasks.Transition(
-            run_id=item.run_id,
-            task_id=item.task_id,
-            attempt=item.attempt,
-            state=state,
-            output=output,
-            error=error,
-            from_states=(TaskState.RUNNING,),
-            cached=cached,
-        ),
-        shard=item.shard,
-        queue_key=(item.queue, item.task_id),
-    )
-
-
-def _heartbeat_overdue(flight: _InFlight, now: float) -> bool:
-    definition = flight.definition
-    if definition.heartbeat is None:
-        return False
-    return now - flight.last_heartbeat > definition.heartbeat.total_seconds()

@@ -124,7 +124,8 @@ def _enqueue_statement(timed: bool, spanning: bool) -> Insert:
         set_={
             DecideQueue.reason: excluded.reason,
             DecideQueue.available_at: case(
-                (DecideQueue.failures > 0, DecideQueue.available_at),
+                # A literal: Citus loses a parameter's type inside this ON CONFLICT.
+                (DecideQueue.failures > literal_column("0"), DecideQueue.available_at),
                 else_=func.least(DecideQueue.available_at, excluded.available_at),
             ),
         },

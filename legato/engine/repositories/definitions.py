@@ -35,7 +35,8 @@ async def insert_version(
 
 async def mark_deployed(conn: AsyncConnection, name: str, version: int) -> None:
     """Make ``version`` the one new runs of ``name`` use (deploy). Runs in flight keep
-    theirs. Served by the primary key and ``ix_workflow_definitions_name``."""
+    theirs. Served by the primary key and ``ix_workflow_definitions_name``; three
+    statements (the first deployment's time kept by the last)."""
     await conn.execute(
         update(WorkflowDefinitions.table)
         .where(
@@ -45,12 +46,14 @@ async def mark_deployed(conn: AsyncConnection, name: str, version: int) -> None:
         )
         .values(deployed=False)
     )
+    this_version = (WorkflowDefinitions.name == name, WorkflowDefinitions.version == version)
+    await conn.execute(update(WorkflowDefinitions.table).where(*this_version).values(deployed=True))
+    # The first deployment's time stays; apart, since Citus refuses ``now()`` inside a
+    # COALESCE of a reference table's update.
     await conn.execute(
         update(WorkflowDefinitions.table)
-        .where(WorkflowDefinitions.name == name, WorkflowDefinitions.version == version)
-        .values(
-            deployed=True, deployed_at=func.coalesce(WorkflowDefinitions.deployed_at, func.now())
-        )
+        .where(*this_version, WorkflowDefinitions.deployed_at.is_(None))
+        .values(deployed_at=func.now())
     )
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.type_api import to_instance
 
-from legato.db import DEFAULT_SCHEMA, validate_schema_name
+from legato.db.schema_names import DEFAULT_SCHEMA, validate_schema_name
 from legato.engine.repositories.params import fan_out
 from legato.errors import ConfigurationError, InvalidRunId
 from legato.schema import SCHEMA_PLACEHOLDER, Runs, is_uuid7, uuid7_time_ms

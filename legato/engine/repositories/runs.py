@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     DateTime,
     Insert,
     Select,
@@ -28,10 +29,14 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    type_coerce,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.db.server_check import adopt_installation
+from legato.engine.repositories.notify import schema_of
 from legato.engine.repositories.params import (
     Unnest,
     fan_out,
@@ -42,7 +47,10 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.engine.transport.driver import DriverStatements
-from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
+from legato.models import RunFilter
+from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards, Tasks
+from legato.schema.enums import TaskState
+from legato.schema.types import uuid7_bound
 from legato.schema.values import TaskError
 
 
@@ -60,6 +68,8 @@ class RunRow:
     created_at: datetime
     finished_at: datetime | None
     timed_out: bool = False
+    # Started from SQL: its input has not been checked against the workflow's model.
+    input_unchecked: bool = False
 
 
 # The columns every read of a run selects, in order, as typed by the schema.
@@ -76,6 +86,7 @@ _RunColumns = tuple[
     datetime,
     datetime,
     datetime,
+    bool,
 ]
 
 
@@ -93,6 +104,7 @@ def _select() -> Select[*_RunColumns]:
         Runs.created_at,
         Runs.finished_at,
         Runs.timed_out_at,
+        Runs.input_unchecked,
     )
 
 
@@ -110,6 +122,7 @@ def _row(row: tuple[*_RunColumns]) -> RunRow:
         created,
         finished,
         timed_out_at,
+        input_unchecked,
     ) = row
     return RunRow(
         id=run_id,
@@ -124,6 +137,7 @@ def _row(row: tuple[*_RunColumns]) -> RunRow:
         created_at=created,
         finished_at=finished,
         timed_out=timed_out_at is not None,
+        input_unchecked=input_unchecked,
     )
 
 
@@ -148,8 +162,7 @@ async def installed_shards(conn: AsyncConnection) -> Shards:
     """The installation's shard keys, as migration 0011 recorded them (a Client made
     from an engine, the schedule loop): read once per process. One-row table."""
     count = (await conn.execute(select(Installation.shard_count))).scalar_one()
-    return Shards(int(count))
-
+    return await adopt_installation(conn, schema_of(conn), int(count))
 
 
 def _with_history_and_queue(inserted: Insert, scheduled: bool) -> Select[uuid.UUID]:
@@ -285,7 +298,7 @@ async def lock_many(
     result = await conn.execute(
         _lock_statement(False), {"run_ids": list(run_ids), "in_shard": shard}
     )
-    return [(_row(row[:12]), row[12]) for row in result]
+    return [(_row(row[:13]), row[13]) for row in result]
 
 
 async def lock_many_held(
@@ -298,7 +311,7 @@ async def lock_many_held(
     result = await conn.execute(
         _lock_statement(True), {"run_ids": list(run_ids), "in_shards": list(keys)}
     )
-    return [(_row(row[:12]), row[12]) for row in result]
+    return [(_row(row[:13]), row[13]) for row in result]
 
 
 async def get(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> RunRow | None:
@@ -369,26 +382,71 @@ async def request_cancel(
 
 async def list_runs(
     conn: AsyncConnection,
+    chosen: RunFilter,
     *,
-    workflow_name: str | None,
-    status: RunStatus | None,
     before: uuid.UUID | None,
     limit: int,
 ) -> list[RunRow]:
     """Fan-out across shard keys: runs newest first, keyset-paginated by id over every
-    key (Client.list_runs, ``legato runs list``); never on a hot path.
+    key (Client.list_runs, ``legato runs list``, and the pages of the bulk actions in
+    ``legato.bulk``); never on a hot path.
 
     Served by ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active``
-    for RUNNING, else the primary keys of the newest partitions.
+    for RUNNING, else the primary keys of the newest partitions (a time range bounds
+    the ids, so it prunes months); a node filter probes each run's attempts by the
+    tasks' unique (shard, run_id, node_id, ...) index.
     """
-    conditions = []
-    if workflow_name is not None:
-        conditions.append(Runs.workflow_name == workflow_name)
-    if status is not None:
-        conditions.append(Runs.status == status)
+    conditions = _chosen(chosen)
     if before is not None:
         conditions.append(Runs.id < before)
     statement = _select().order_by(Runs.id.desc()).limit(limit)
     if conditions:
         statement = statement.where(and_(*conditions))
     return [_row(row) for row in await conn.execute(fan_out(statement))]
+
+
+async def count_runs(conn: AsyncConnection, chosen: RunFilter) -> int:
+    """Fan-out across shard keys: how many runs ``chosen`` chooses (``legato runs
+    cancel|rerun|resume`` by filter: the count a ``--dry-run`` prints and the
+    confirmation asks about). The indexes of :func:`list_runs`."""
+    statement = select(func.count()).select_from(Runs.table)
+    conditions = _chosen(chosen)
+    if conditions:
+        statement = statement.where(and_(*conditions))
+    return int((await conn.execute(fan_out(statement))).scalar_one())
+
+
+def _chosen(chosen: RunFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if chosen.workflow is not None:
+        conditions.append(Runs.workflow_name == chosen.workflow)
+    if chosen.version is not None:
+        conditions.append(Runs.workflow_version == chosen.version)
+    if chosen.status is not None:
+        conditions.append(Runs.status == chosen.status)
+    if chosen.created_after is not None:
+        conditions.append(Runs.id >= uuid7_bound(_ms(chosen.created_after)))
+    if chosen.created_before is not None:
+        conditions.append(Runs.id < uuid7_bound(_ms(chosen.created_before)))
+    if chosen.error_type is not None:
+        conditions.append(type_coerce(Runs.error, JSONB)["type"].astext == chosen.error_type)
+    if chosen.node is not None:
+        conditions.append(_attempt_of(chosen.node, FAILED_STATES).exists())
+        conditions.append(~_attempt_of(chosen.node, (TaskState.COMPLETED,)).exists())
+    return conditions
+
+
+FAILED_STATES = (TaskState.FAILED, TaskState.TIMED_OUT)
+
+
+def _attempt_of(node: str, states: Sequence[TaskState]) -> Select[int]:
+    return select(literal(1)).where(
+        Tasks.shard == Runs.shard,
+        Tasks.run_id == Runs.id,
+        Tasks.node_id == node,
+        Tasks.state.in_(states),
+    )
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)

@@ -16,7 +16,7 @@ async def bound(conn: AsyncConnection, limit: timedelta) -> None:
     would by default (``plan_cache_mode`` ``auto``, not the engine's forced generic
     plans). ``SET LOCAL`` semantics: all three end with the transaction.
 
-    Called by ``Worker._run_transactional``, first in the transaction; reads no table,
+    Called by ``worker_attempts.run_transactional``, first in the transaction; reads no table,
     so no index.
     """
     milliseconds = str(max(round(limit.total_seconds() * 1000), 1))

@@ -1,4 +1,8 @@
-"""Connecting: URL normalisation, the schema-translated engine and the capability check."""
+"""The schema-translated engine: ``create_engine``, the settings of every Legato session,
+the pooler it sits behind and the engine wake-ups LISTEN through.
+
+Its neighbours: ``urls.py`` (the URLs it takes), ``schema_names.py`` (the schemas it
+targets), ``server_check.py`` (what a start checks of the server and the schema)."""
 
 from __future__ import annotations
 
@@ -6,154 +10,20 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
-import asyncpg
-from sqlalchemy import URL, Connection, Engine, event, make_url, select
-from sqlalchemy.exc import ArgumentError, ProgrammingError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy import URL, Connection, Engine, event
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from legato.arguments import check_count, check_positive_seconds
-from legato.errors import ConfigurationError, IncompatibleDatabase
-from legato.outages import as_unavailable, causes, where
-from legato.schema import SCHEMA_PLACEHOLDER, Installation, SchemaVersion, Shards
-
-DEFAULT_SCHEMA = "legato"
-MIN_SERVER_VERSION_NUM = 150000
-# NOTIFY channels are named ``<schema>_<purpose>_v1`` and PostgreSQL truncates or refuses
-# identifiers over 63 bytes; the longest suffix ("_events_v1", "_decide_v1", "_cancel_v1")
-# is 10 characters (tests/unit/test_schema_names.py derives it from the channel functions).
-IDENTIFIER_LIMIT = 63
-LONGEST_DERIVED_SUFFIX = 10
-MAX_SCHEMA_NAME_LENGTH = IDENTIFIER_LIMIT - LONGEST_DERIVED_SUFFIX
-_IDENTIFIER = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}")
-
-
-def validate_schema_name(schema: object) -> str:
-    """A schema name Legato accepts: at most 53 ASCII letters, digits and underscores, not
-    starting with a digit, so that every name derived from it fits PostgreSQL's limit, and
-    not one PostgreSQL keeps for itself (``pg_...``, ``information_schema``).
-
-    The one check of every ``schema`` Legato takes: ``--schema``, ``LEGATO_SCHEMA``,
-    ``create_engine``, ``Client.connect``, ``SyncClient``, the migrations."""
-    if not isinstance(schema, str):
-        raise ConfigurationError(
-            f"schema={schema!r} must be a string naming a PostgreSQL schema, e.g. 'legato'"
-        )
-    if not _IDENTIFIER.fullmatch(schema):
-        raise ConfigurationError(
-            f"invalid schema name {schema!r}: use at most {MAX_SCHEMA_NAME_LENGTH} ASCII "
-            "letters, digits and underscores, not starting with a digit (Legato's NOTIFY "
-            f"channels append up to {LONGEST_DERIVED_SUFFIX} characters to it and PostgreSQL "
-            f"names stop at {IDENTIFIER_LIMIT})"
-        )
-    if schema.lower().startswith("pg_") or schema.lower() == "information_schema":
-        raise ConfigurationError(
-            f"invalid schema name {schema!r}: PostgreSQL reserves pg_... and "
-            "information_schema for its own catalogs; pick another name, e.g. 'legato'"
-        )
-    return schema
-
-
-def resolve_schema(schema: str | None) -> str:
-    """``schema`` (``--schema``), else ``LEGATO_SCHEMA``, else ``legato``; validated. An
-    empty ``schema`` is refused, not taken for the default."""
-    if schema is None:
-        schema = os.environ.get("LEGATO_SCHEMA") or DEFAULT_SCHEMA
-    return validate_schema_name(schema)
-
-
-def engine_schema(engine: object, owner: str) -> str:
-    """The schema an engine made by ``create_engine`` targets; ``ConfigurationError``
-    naming ``owner`` for anything else (an engine of ``create_async_engine`` names no
-    schema, so Legato could not tell which tables to use)."""
-    if not isinstance(engine, AsyncEngine):
-        raise ConfigurationError(
-            f"{owner} needs an AsyncEngine from legato.create_engine(url, schema), "
-            f"not {type(engine).__name__}"
-        )
-    mapping = engine.get_execution_options().get("schema_translate_map") or {}
-    if SCHEMA_PLACEHOLDER not in mapping:
-        raise ConfigurationError(
-            f"{owner}: the engine for {where(engine.url)} was not made by "
-            "legato.create_engine(url, schema), so it names no Legato schema: make it with "
-            "legato.create_engine, which takes the same engine options"
-        )
-    return validate_schema_name(mapping[SCHEMA_PLACEHOLDER])
-
-
-_PORT_RULE = "use a number from 1 to 65535 (PostgreSQL's default is 5432)"
-_PASSWORD = re.compile(r"(://[^/?#@:]*):[^/?#@]*@")
-
-
-def _redacted(raw: str) -> str:
-    """``raw`` quoted, its password hidden, cut short: for an error message."""
-    text = repr(_PASSWORD.sub(r"\1:***@", raw))
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
-def _query_values(url: URL, key: str) -> list[str]:
-    value = url.query.get(key, ())
-    return [value] if isinstance(value, str) else list(value)
-
-
-def _valid_port(port: int | str) -> bool:
-    """1 to 65535: asyncpg would wrap 70000 to 4464 and take 0 for the default 5432,
-    silently reaching another server."""
-    if isinstance(port, str):
-        if not port.isascii() or not port.isdigit():
-            return False
-        port = int(port)
-    return 1 <= port <= 65535
-
-
-def resolve_url(url: str | None) -> URL:
-    """``--database-url``, else ``LEGATO_DATABASE_URL``, as an asyncpg SQLAlchemy URL.
-
-    Accepts the plain ``postgresql://`` / ``postgres://`` URLs users already have,
-    including a Unix-socket directory given as ``?host=/dir``. Ports (in the URL,
-    ``?port=`` or ``?host=name:port``) must be 1 to 65535. libpq's TLS parameters
-    (``sslmode``, ``sslrootcert``, ``sslcert``, ``sslkey``, ...) and ``application_name``
-    mean what they mean to libpq (``create_engine`` hands them to asyncpg).
-    """
-    if url is not None and not isinstance(url, str):
-        raise ConfigurationError(f"database URL {url!r} must be a string or a sqlalchemy URL")
-    raw = url or os.environ.get("LEGATO_DATABASE_URL")
-    if not raw:
-        raise ConfigurationError(
-            "no database given: pass --database-url or set LEGATO_DATABASE_URL "
-            "(e.g. postgresql://user:password@localhost:5432/app)"
-        )
-    try:
-        parsed = make_url(raw)
-    except ArgumentError:
-        raise ConfigurationError(f"not a database URL: {_redacted(raw)}") from None
-    except ValueError:  # SQLAlchemy's int() of the port: ``host:abc``, ``host:``
-        raise ConfigurationError(
-            f"bad port in database URL {_redacted(raw)}: {_PORT_RULE}"
-        ) from None
-    ports = [parsed.port, *_query_values(parsed, "port")]
-    ports += [host.rpartition(":")[2] for host in _query_values(parsed, "host") if ":" in host]
-    for port in ports:
-        if port is not None and not _valid_port(port):
-            raise ConfigurationError(
-                f"bad port {port!r} in database URL {_redacted(raw)}: {_PORT_RULE}"
-            )
-    if parsed.drivername not in ("postgresql", "postgres", "postgresql+asyncpg"):
-        raise ConfigurationError(
-            f"unsupported database URL scheme {parsed.drivername!r}: Legato needs PostgreSQL "
-            "(postgresql://...)"
-        )
-    sslmode = parsed.query.get("sslmode")
-    if sslmode is not None:  # libpq's name; asyncpg takes the same values as ``ssl``
-        parsed = parsed.difference_update_query(["sslmode"])
-        if "ssl" not in parsed.query:
-            parsed = parsed.update_query_dict({"ssl": sslmode})
-    return parsed.set(drivername="postgresql+asyncpg")
-
+from legato.db.schema_names import resolve_schema
+from legato.db.urls import resolve_url, split_libpq_parameters
+from legato.errors import ConfigurationError
+from legato.schema import SCHEMA_PLACEHOLDER
 
 # Every Legato session plans its prepared statements once, generically. Left to
 # ``auto``, PostgreSQL keeps re-planning the hot statements for their parameters, since
@@ -170,20 +40,6 @@ SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 # process holding row locks) is ended by the server.
 DEFAULT_LOCK_TIMEOUT = "30s"
 DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT = "5min"
-
-# libpq parameters asyncpg takes from a DSN only, not as the keywords SQLAlchemy makes of
-# a URL's query: ``create_engine`` moves them into a DSN of their own in ``connect_args``
-# (the URL's host, port and database still win, being keywords).
-DSN_ONLY_PARAMETERS = (
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "sslpassword",
-    "sslcrl",
-    "sslnegotiation",
-    "ssl_min_protocol_version",
-    "ssl_max_protocol_version",
-)
 
 # What ``pg_stat_activity.application_name`` shows for a Legato session whose user set
 # none (in the URL or ``connect_args``' server_settings): ``legato`` in a host's process,
@@ -345,14 +201,6 @@ def create_engine(
     )
 
 
-def split_libpq_parameters(url: URL) -> tuple[URL, dict[str, str]]:
-    """``url`` without the query parameters asyncpg takes from a DSN only
-    (``DSN_ONLY_PARAMETERS``, ``application_name``), and those parameters; pure."""
-    names = [*DSN_ONLY_PARAMETERS, "application_name"]
-    taken = {name: _query_values(url, name)[-1] for name in names if name in url.query}
-    return url.difference_update_query(names), taken
-
-
 # A PostgreSQL time setting as the server parses it: a number and an optional unit.
 _DURATION_SETTING = re.compile(r"\d+(\.\d+)?\s*(us|ms|s|min|h|d)?")
 
@@ -450,102 +298,3 @@ def listen_engine(engine: AsyncEngine) -> AsyncEngine | None:
     schema = engine.get_execution_options()["schema_translate_map"][SCHEMA_PLACEHOLDER]
     named = engine.get_execution_options()[_APPLICATION_NAME_OPTION]
     return create_engine(listen, schema, pool_size=1, max_overflow=0, application_name=named)
-
-
-def read_server_version_num(conn: Connection) -> int:
-    """The server's ``server_version_num`` (150000 for 15.0); a read, no write."""
-    return int(conn.exec_driver_sql("SHOW server_version_num").scalar_one())
-
-
-def require_supported_server(version_num: int) -> None:
-    """Refuse a server older than PostgreSQL 15 (``IncompatibleDatabase``); pure."""
-    if version_num < MIN_SERVER_VERSION_NUM:
-        raise IncompatibleDatabase(
-            f"PostgreSQL {version_num // 10000} (server_version_num {version_num}) is too old: "
-            "Legato needs PostgreSQL 15 or newer (18 recommended); nothing was changed"
-        )
-
-
-def check_server_version(conn: Connection) -> None:
-    """The one server-version check: every migration path (``legato db upgrade``,
-    ``migrations.upgrade``, ``legato dev``, a host's Alembic) and every start
-    (``check_database``) calls it before anything else."""
-    require_supported_server(read_server_version_num(conn))
-
-
-@asynccontextmanager
-async def connect(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """``engine.connect()``, with a failure to connect raised as ``DatabaseUnavailable``
-    (Client.connect, migrations)."""
-    conn = engine.connect()
-    try:
-        await conn.start()
-    except Exception as error:
-        unavailable = as_unavailable(error, engine.url)
-        if unavailable is None:
-            raise
-        raise unavailable from None
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-async def server_version_num(conn: AsyncConnection) -> int:
-    """The server's ``server_version_num`` (150000 for 15.0)."""
-    return await conn.run_sync(read_server_version_num)
-
-
-# The migration head this package's code expects: a constant, so that checking a
-# database at connect needs no Alembic import (tests/migration keeps it equal to the
-# head of legato/alembic/versions).
-HEAD_REVISION = "0011"
-
-
-def schema_mismatch(schema: str, applied: list[str], head: str) -> str:
-    """What to do about a schema at ``applied`` when this package needs ``head``; pure.
-
-    Revision ids are zero-padded numbers, so a larger one was written by a newer Legato,
-    which ``legato db upgrade`` from this package cannot undo or pass.
-    """
-    found = ", ".join(applied) if applied else "nothing"
-    if applied and all(rev.isdigit() for rev in applied) and max(map(int, applied)) > int(head):
-        return (
-            f"schema {schema!r} is at migration {found}, newer than this Legato package "
-            f"(which knows migrations up to {head}): upgrade the legato package to the "
-            "release that migrated this database"
-        )
-    return (
-        f"schema {schema!r} is at migration {found}, this Legato needs {head}: "
-        "run `legato db upgrade` (or `alembic upgrade head` with Legato's branch)"
-    )
-
-
-def missing_relation(error: BaseException) -> bool:
-    """Whether ``error`` is a statement on a table, column or function the schema does
-    not have: a schema never migrated, or not to this package's head."""
-    return any(isinstance(cause, _MISSING) for cause in causes(error))
-
-
-_MISSING = (
-    asyncpg.UndefinedTableError,
-    asyncpg.UndefinedColumnError,
-    asyncpg.UndefinedFunctionError,
-    asyncpg.InvalidSchemaNameError,
-)
-
-
-async def check_database(conn: AsyncConnection, schema: str) -> Shards:
-    """Refuse a server older than 15 or a schema not at this package's migration head;
-    return the installation's shard keys (fixed when the schema was created)."""
-    await conn.run_sync(check_server_version)
-    head = HEAD_REVISION
-    try:
-        applied = list((await conn.execute(select(SchemaVersion.version_num))).scalars().all())
-    except ProgrammingError:  # no version table: the schema was never migrated
-        await conn.rollback()
-        applied = []
-    if applied != [head]:
-        raise IncompatibleDatabase(schema_mismatch(schema, applied, head))
-    count = (await conn.execute(select(Installation.shard_count))).scalar_one()
-    return Shards(int(count))

@@ -1,0 +1,6 @@
+"""tests/integration/test_wakeups.py on the Citus cluster."""
+
+from tests.e2e.conftest import _fresh_flow_counters, client, runtime
+from tests.integration.test_wakeups import *  # noqa: F403
+
+__all__ = ["_fresh_flow_counters", "client", "runtime"]
