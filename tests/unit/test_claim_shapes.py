@@ -53,7 +53,8 @@ def locks_in_a_materialized_cte(statement: Any) -> bool:
         concurrency._lock_free_statement(),
         rate_limits._lock_statement(),
         schedules._take_due_statement(),
-        outbox._claim_statement(),
+        outbox._claim_statement(False),
+        outbox._claim_statement(True),
     ],
     ids=[
         "worker claim",
@@ -69,6 +70,7 @@ def locks_in_a_materialized_cte(statement: Any) -> bool:
         "rate buckets",
         "schedule take",
         "relay claim",
+        "relay claim across held keys",
     ],
 )
 def test_locking_happens_in_a_materialized_cte(statement: Any) -> None:

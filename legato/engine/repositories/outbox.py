@@ -52,6 +52,7 @@ from legato.engine.repositories.params import (
     rows_of,
     run_shard,
     shard_param,
+    shards_param,
     text_array,
     uuid_array,
 )
@@ -222,12 +223,40 @@ async def claim(
     receiver may see the event twice, with the same event id). Commit at once: no
     transaction stays open across HTTP. Served by the partial index
     ``ix_outbox_relay_due`` (shard, next_attempt_at)."""
+    return await _claim(conn, {"in_shard": shard}, limit, lease, per_endpoint, in_flight)
+
+
+async def claim_held(
+    conn: AsyncConnection,
+    keys: Sequence[int],
+    limit: int,
+    lease: timedelta,
+    per_endpoint: int | None = None,
+    in_flight: Mapping[int, int] | None = None,
+) -> list[Delivery]:
+    """:func:`claim` over every key in ``keys`` in ONE statement (relay loop of a
+    single-node installation, one claim per tick over its due held keys): the oldest due
+    deliveries of any of those keys, each row leased in its own key; the same limits
+    and locks. ``ix_outbox_relay_due``, one range per key (``shard = ANY``)."""
+    return await _claim(
+        conn, {"in_shards": list(keys)}, limit, lease, per_endpoint, in_flight
+    )
+
+
+async def _claim(
+    conn: AsyncConnection,
+    key: dict[str, Any],
+    limit: int,
+    lease: timedelta,
+    per_endpoint: int | None,
+    in_flight: Mapping[int, int] | None,
+) -> list[Delivery]:
     cap = limit if per_endpoint is None else per_endpoint
     sending = {endpoint: count for endpoint, count in (in_flight or {}).items() if count > 0}
     result = await conn.execute(
-        _claim_statement(),
+        _claim_statement("in_shards" in key),
         {
-            "in_shard": shard,
+            **key,
             "limit": limit,
             "lease": lease,
             "per_endpoint": cap,
@@ -240,12 +269,12 @@ async def claim(
 
 
 @cache
-def _claim_statement() -> Any:
+def _claim_statement(spanning: bool) -> Any:
     full = bindparam("full_endpoints", type_=ARRAY(BigInteger()))
     due = (
-        select(Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
+        select(Outbox.shard, Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
         .where(
-            Outbox.shard == shard_param(),
+            in_array(Outbox.shard, shards_param()) if spanning else Outbox.shard == shard_param(),
             Outbox.dead_lettered_at.is_(None),
             Outbox.next_attempt_at <= func.now(),
             Outbox.endpoint_id != all_(full),
@@ -255,6 +284,7 @@ def _claim_statement() -> Any:
         .subquery("due")
     )
     numbered = select(
+        due.c.shard,
         due.c.id,
         due.c.endpoint_id,
         func.row_number()
@@ -267,11 +297,11 @@ def _claim_statement() -> Any:
         in_flight=int_array("busy_counts"),
     )
     room = (
-        select(Outbox.id)
+        select(Outbox.shard, Outbox.id)
         .join(numbered, numbered.c.id == Outbox.id)
         .outerjoin(busy, busy.c.endpoint_id == numbered.c.endpoint_id)
         .where(
-            Outbox.shard == shard_param(),
+            Outbox.shard == (numbered.c.shard if spanning else shard_param()),
             numbered.c.place + func.coalesce(busy.c.in_flight, 0)
             <= bindparam("per_endpoint", type_=Integer()),
         )
@@ -280,7 +310,7 @@ def _claim_statement() -> Any:
     return (
         update(Outbox.table)
         .where(
-            Outbox.shard == shard_param(),
+            Outbox.shard == (claimed.c.shard if spanning else shard_param()),
             Outbox.id == claimed.c.id,
             WebhookEndpoints.id == Outbox.endpoint_id,
         )
