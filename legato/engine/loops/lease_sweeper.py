@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import task_queue, tasks
+from legato.engine.repositories import queue_leases, tasks
 from legato.schema import Shards, TaskState
 from legato.schema.values import TaskError
 
@@ -65,9 +65,9 @@ class LeaseSweeper(Loop):
         async with self.engine.begin() as conn:
             if self.shards.distributed:
                 (shard,) = keys
-                expired = await task_queue.expired(conn, shard, self.batch_size)
+                expired = await queue_leases.expired(conn, shard, self.batch_size)
             else:
-                expired = await task_queue.expired_held(conn, keys, self.batch_size)
+                expired = await queue_leases.expired_held(conn, keys, self.batch_size)
             reports = [
                 Report(
                     tasks.Transition(

@@ -49,7 +49,7 @@ from legato.engine.loops.worker_attempts import (
 )
 from legato.engine.loops.worker_leases import keep_leases
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import notify, task_queue, tasks
+from legato.engine.repositories import notify, queue_leases, task_queue, tasks
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.flow import App
@@ -428,7 +428,7 @@ class Worker(Loop):
         held: set[uuid.UUID] = set()
         async with self.engine.begin() as conn:
             for shard, keys in sorted(by_shard.items()):
-                held |= await task_queue.extend_leases(
+                held |= await queue_leases.extend_leases(
                     conn, shard, self.worker_id, keys, self.lease
                 )
         for task_id, flight in running.items():
@@ -458,7 +458,7 @@ class Worker(Loop):
                 by_shard.setdefault(claimed.shard, []).append(claimed)
             async with self.engine.begin() as conn:
                 for shard, group in sorted(by_shard.items()):
-                    await task_queue.release(
+                    await queue_leases.release(
                         conn, shard, self.worker_id, [(c.queue, c.task_id) for c in group]
                     )
                     await tasks.release_attempts(

@@ -4,7 +4,10 @@ A row exists from enqueue until its attempt is reported (or cancelled); the leas
 (owner + expiry) is the only thing that changes in between, and leased rows leave
 the dequeue index. Every statement here works within one shard key (``shard = $k`` on
 ``task_queue`` and on every ``tasks`` / ``runs`` row it joins): a batch over several
-keys is one statement per key, written by the caller.
+keys is one statement per key, written by the caller — but for the ``*_held`` variants
+of a single-node installation, which span the keys a process holds in one statement,
+each row matched in its own run's key (docs/design.md, "The statement layout"). The
+leases after the claim are ``queue_leases``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     Unnest,
-    fan_out,
     in_array,
     rows_of,
     run_shard,
@@ -92,7 +94,7 @@ def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
     return {**_NEW_ROWS.bind(rows), "in_shard": shard}
 
 
-def _keyed(
+def queue_keys(
     shard: int | None, keys: Sequence[tuple[str, uuid.UUID]]
 ) -> tuple[ColumnElement[bool], ...]:
     """Rows of key ``shard`` by (queue, task_id): task ids are unique across queues, and
@@ -426,31 +428,6 @@ def _hand_off_statement() -> _LeaseReturning:
     return _lease_statement(_given_rows(), func.statement_timestamp())
 
 
-async def extend_leases(
-    conn: AsyncConnection,
-    shard: int,
-    owner: str,
-    keys: Sequence[tuple[str, uuid.UUID]],
-    lease: timedelta,
-) -> set[uuid.UUID]:
-    """Extend the leases of a worker's in-flight attempts of key ``shard``, and the
-    concurrency slots they hold, in one statement (worker's lease keeper, one per key).
-    Returns the task ids still leased by ``owner``: a missing one was cancelled or timed
-    out, and the worker cancels it. Primary key."""
-    if not keys:
-        return set()
-    task_ids = uuid_array("slot_task_ids", [task_id for _, task_id in keys])
-    slots = concurrency.extended(task_ids, bindparam("slot_owner", owner, type_=Text()), lease)
-    result = await conn.execute(
-        update(TaskQueue.table)
-        .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
-        .values(lease_expires_at=func.now() + lease)
-        .returning(TaskQueue.task_id)
-        .add_cte(slots)
-    )
-    return set(result.scalars())
-
-
 async def remove(
     conn: AsyncConnection,
     shard: int,
@@ -464,11 +441,11 @@ async def remove(
     key."""
     if not keys:
         return
-    statement = delete(TaskQueue.table).where(*_keyed(shard, keys))
+    statement = delete(TaskQueue.table).where(*queue_keys(shard, keys))
     if unleased:
         statement = statement.where(TaskQueue.lease_expires_at.is_(None))
     else:
-        statement = statement.add_cte(concurrency.freed(_slot_holders(keys)))
+        statement = statement.add_cte(concurrency.freed(slot_holders(keys)))
     await conn.execute(statement)
 
 
@@ -486,87 +463,14 @@ async def remove_held(
         return
     pairs = [(queue, task_id) for _, queue, task_id in keys]
     statement = delete(TaskQueue.table).where(
-        in_array(TaskQueue.shard, shards_param()), *_keyed(None, pairs)[1:]
+        in_array(TaskQueue.shard, shards_param()), *queue_keys(None, pairs)[1:]
     )
     if unleased:
         statement = statement.where(TaskQueue.lease_expires_at.is_(None))
     else:
-        statement = statement.add_cte(concurrency.freed(_slot_holders(pairs)))
+        statement = statement.add_cte(concurrency.freed(slot_holders(pairs)))
     await conn.execute(statement, {"in_shards": sorted({shard for shard, _, _ in keys})})
 
 
-def _slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
+def slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
     return uuid_array("slot_task_ids", [task_id for _, task_id in keys])
-
-
-async def release(
-    conn: AsyncConnection, shard: int, owner: str, keys: Sequence[tuple[str, uuid.UUID]]
-) -> None:
-    """Drop ``owner``'s leases of key ``shard``, and free their concurrency slots, so
-    another worker claims the attempts at once (worker graceful shutdown, one statement
-    per key). Primary key."""
-    if keys:
-        await conn.execute(
-            update(TaskQueue.table)
-            .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
-            .values(lease_owner=None, lease_expires_at=None)
-            .add_cte(concurrency.freed(_slot_holders(keys)))
-        )
-
-
-@dataclass(frozen=True)
-class Expired:
-    queue: str
-    task_id: uuid.UUID
-    run_id: uuid.UUID
-    attempt: int
-
-
-async def expired(conn: AsyncConnection, shard: int, limit: int) -> list[Expired]:
-    """Leased rows of key ``shard`` whose lease has expired (lease sweeper, per held
-    key): their worker is gone.
-
-    Not locked here: the sweeper's report takes the run's decide row first (one lock
-    order everywhere), and a second sweeper's report of the same row is fenced out.
-    Served by the partial index ``ix_task_queue_leased`` (shard, lease_expires_at).
-    """
-    result = await conn.execute(
-        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
-        .where(
-            TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
-            TaskQueue.lease_expires_at.is_not(None),
-            TaskQueue.lease_expires_at < func.now(),
-        )
-        .order_by(TaskQueue.lease_expires_at)
-        .limit(limit)
-    )
-    return [Expired(*row) for row in result]
-
-
-async def expired_held(conn: AsyncConnection, keys: Sequence[int], limit: int) -> list[Expired]:
-    """:func:`expired` over every key in ``keys`` in ONE statement (lease sweeper of a
-    single-node installation, one read per round over its held keys), oldest lease
-    first. ``ix_task_queue_leased`` (shard, lease_expires_at), one range per key."""
-    result = await conn.execute(
-        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
-        .where(
-            in_array(TaskQueue.shard, shards_param()),
-            TaskQueue.lease_expires_at.is_not(None),
-            TaskQueue.lease_expires_at < func.now(),
-        )
-        .order_by(TaskQueue.lease_expires_at)
-        .limit(limit),
-        {"in_shards": list(keys)},
-    )
-    return [Expired(*row) for row in result]
-
-
-async def leased_by(conn: AsyncConnection, owner: str) -> int:
-    """Fan-out across shard keys: how many rows ``owner`` still leases, in every key
-    (tests of graceful shutdown, ``legato`` status; never on a hot path)."""
-    result = await conn.execute(
-        fan_out(
-            select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
-        )
-    )
-    return int(result.scalar_one())
