@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -84,6 +84,44 @@ async def test_a_decider_takes_only_from_the_keys_it_holds(
     assert await _queued(engine) == set()
     # One take per key, or one take for every key on one PostgreSQL.
     assert whole.takes == (shards.count if layout.distributed else 1)
+
+
+class Sibling(DeciderLoop):
+    """A sibling decider loop that records the keys it is asked to take from."""
+
+    def __init__(self, engine: AsyncEngine, layout: Shards) -> None:
+        super().__init__(engine, shards=layout)
+        self.asked: list[list[int]] = []
+
+    def decide_now(self, shards: Iterable[int] | None = None) -> None:
+        self.asked.append(list(self.held.held() if shards is None else shards))
+        super().decide_now(shards)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+async def test_a_backlog_wakes_the_sibling_loop(engine: AsyncEngine, layout: Shards) -> None:
+    """On one PostgreSQL a take of more than one run wakes the process's other decider
+    loop on the same keys, so it takes the next batch while the first waits on
+    PostgreSQL; a take of one run does not. In the distributed layout the tick splits
+    the keys between the loops instead, and only a full take calls the sibling onto a
+    key of its own."""
+    async with Client(engine, app=app) as client:
+        for _ in range(2):
+            await client.start(parked, "two in key 3", run_id=shards.new_run_id(3))
+        sibling = Sibling(engine, layout)
+        first = DeciderLoop(engine, shards=layout, helper=sibling, poll_interval=600)
+        await first.tick()
+        assert first.decided == 2
+        if layout.distributed:
+            assert [3 in keys for keys in sibling.asked] == [False]  # the other half
+        else:
+            assert [3 in keys for keys in sibling.asked] == [True]
+        await client.start(parked, "one in key 3", run_id=shards.new_run_id(3))
+        sibling.asked.clear()
+        first.decide_now([3])
+        await first.tick()
+        assert first.decided == 3
+        assert sibling.asked == []
 
 
 @contextmanager

@@ -194,6 +194,17 @@ class DeciderLoop(Loop):
             return await decide_queue.take(conn, shard, limit, run_ids)
         return await decide_queue.take_held(conn, keys, self.shards.count, limit, run_ids)
 
+    def _backlog(self, taken: int) -> bool:
+        """Whether a take of ``taken`` runs says more wait, so the sibling loop should take
+        too. In the distributed layout the tick already split the keys between the loops,
+        so only a full take calls the sibling onto this one's keys. On one PostgreSQL both
+        loops take across the same keys: a take of more than one run is a backlog
+        building, and the sibling takes the next batch while this one waits on
+        PostgreSQL, which a full take (rare while reports trickle in) would not allow."""
+        if self.shards.distributed:
+            return taken >= self.batch_size
+        return taken > 1
+
     def _keys_of(self, run_ids: Iterable[uuid.UUID]) -> list[int]:
         return sorted({self.shards.of_run(run_id) for run_id in run_ids})
 
@@ -210,7 +221,7 @@ class DeciderLoop(Loop):
                 # clock at the transaction's start: a clock read before it could stamp a
                 # run taken at its start time with an earlier time.
                 now = datetime.now(UTC)
-                if len(claimed) >= self.batch_size and self.helper is not None:
+                if self.helper is not None and self._backlog(len(claimed)):
                     self.helper.decide_now(keys)  # more may wait in these keys
                 batch = await decide_runs(
                     conn, self.shards, self._keys_of(claimed), claimed, self.specs, now, self.inputs
