@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import concurrency
 from legato.engine.repositories.params import fan_out, in_array, shards_param, uuid_array
-from legato.engine.repositories.task_queue import queue_keys, slot_holders
+from legato.engine.repositories.task_queue import queue_keys
 from legato.schema import TaskQueue
 
 
@@ -58,7 +58,9 @@ async def release(
             update(TaskQueue.table)
             .where(*queue_keys(shard, keys), TaskQueue.lease_owner == owner)
             .values(lease_owner=None, lease_expires_at=None)
-            .add_cte(concurrency.freed(slot_holders(keys)))
+            .add_cte(
+                concurrency.freed(uuid_array("slot_task_ids", [task_id for _, task_id in keys]))
+            )
         )
 
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    Delete,
     Insert,
     Integer,
     Interval,
@@ -40,6 +41,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
+    SHARD_PARAM,
+    SHARDS_PARAM,
     Unnest,
     in_array,
     rows_of,
@@ -68,7 +71,6 @@ class NewQueueRow(NamedTuple):
 
 
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
-
 
 
 async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]) -> None:
@@ -134,8 +136,10 @@ def claim_candidates(spanning: bool = False) -> Select[str, uuid.UUID]:
     (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``); locked by the caller.
     ``spanning``: of any key in ``in_shards`` instead, oldest first across them.
     ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
-    key = in_array(TaskQueue.shard, shards_param()) if spanning else (
-        TaskQueue.shard == shard_param()
+    key = (
+        in_array(TaskQueue.shard, shards_param())
+        if spanning
+        else (TaskQueue.shard == shard_param())
     )
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
@@ -439,14 +443,8 @@ async def remove(
     (worker reports, timer loop, sweeper, decider's cancellations; one statement per
     key); with ``unleased``, only rows no worker holds (which hold no slot). Primary
     key."""
-    if not keys:
-        return
-    statement = delete(TaskQueue.table).where(*queue_keys(shard, keys))
-    if unleased:
-        statement = statement.where(TaskQueue.lease_expires_at.is_(None))
-    else:
-        statement = statement.add_cte(concurrency.freed(slot_holders(keys)))
-    await conn.execute(statement)
+    if keys:
+        await conn.execute(_removal(False, unleased), {SHARD_PARAM: shard, **_removed(keys)})
 
 
 async def remove_held(
@@ -459,18 +457,37 @@ async def remove_held(
     statement (report flushes of a single-node installation): each row matched in its
     own key (``shard = ANY`` over the flush's keys with the queues and task ids). Primary
     key."""
-    if not keys:
-        return
-    pairs = [(queue, task_id) for _, queue, task_id in keys]
+    if keys:
+        await conn.execute(
+            _removal(True, unleased),
+            {
+                SHARDS_PARAM: sorted({shard for shard, _, _ in keys}),
+                **_removed([(queue, task_id) for _, queue, task_id in keys]),
+            },
+        )
+
+
+def _removed(keys: Sequence[tuple[str, uuid.UUID]]) -> dict[str, Any]:
+    task_ids = [task_id for _, task_id in keys]
+    return {
+        "queues": sorted({queue for queue, _ in keys}),
+        "task_ids": task_ids,
+        "slot_task_ids": task_ids,
+    }
+
+
+@cache
+def _removal(spanning: bool, unleased: bool) -> Delete:
+    """The statement of :func:`remove` (one key) or :func:`remove_held` (the keys given),
+    built once: every value is a parameter, so a flush costs no statement building."""
+    key = (
+        in_array(TaskQueue.shard, shards_param()) if spanning else TaskQueue.shard == shard_param()
+    )
     statement = delete(TaskQueue.table).where(
-        in_array(TaskQueue.shard, shards_param()), *queue_keys(None, pairs)[1:]
+        key,
+        in_array(TaskQueue.queue, text_array("queues")),
+        in_array(TaskQueue.task_id, uuid_array("task_ids")),
     )
     if unleased:
-        statement = statement.where(TaskQueue.lease_expires_at.is_(None))
-    else:
-        statement = statement.add_cte(concurrency.freed(slot_holders(pairs)))
-    await conn.execute(statement, {"in_shards": sorted({shard for shard, _, _ in keys})})
-
-
-def slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
-    return uuid_array("slot_task_ids", [task_id for _, task_id in keys])
+        return statement.where(TaskQueue.lease_expires_at.is_(None))
+    return statement.add_cte(concurrency.freed(uuid_array("slot_task_ids")))
