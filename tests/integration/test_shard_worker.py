@@ -165,6 +165,37 @@ async def _done(engine: AsyncEngine, task_id: uuid.UUID) -> bool:
     return (await _states(engine))[task_id] is TaskState.COMPLETED
 
 
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
+async def test_a_wake_for_one_key_claims_every_held_key_on_one_postgresql(
+    engine: AsyncEngine, distributed: bool
+) -> None:
+    """On one PostgreSQL the claim a wake-up for key 5 sends spans every held key, so
+    attempts whose NOTIFY has not arrived yet are claimed with it; in the distributed
+    layout it claims from key 5 alone."""
+    shards = replace(await _shards(engine), distributed=distributed)
+    worker = Worker(
+        engine, app, shards=shards, held=Held([2, 5, 9]), poll_interval=600, worker_id="w"
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(lambda: not worker._dirty, "the first poll of every held key")
+        task_ids = await _queued(engine, shards, [2, 5, 9])
+        with statements(engine) as sent:
+            worker._on_tasks_payload("5")
+            await eventually(lambda: _done(engine, task_ids[5]), "the key-5 attempt to run")
+            claims = [text for text in sent if "UPDATE legato.task_queue" in text]
+        states = await _states(engine)
+    finally:
+        worker.stop()
+        await running
+    assert len(claims) == 1, claims
+    spanned = {task_ids[2], task_ids[9]}
+    if distributed:
+        assert {states[task_id] for task_id in spanned} == {TaskState.QUEUED}
+    else:
+        assert {states[task_id] for task_id in spanned} <= {TaskState.RUNNING, TaskState.COMPLETED}
+
+
 def test_a_notify_payload_marks_its_key_or_every_held_key() -> None:
     assert notify.shards_of("3", [1, 3, 5]) == (3,)
     assert notify.shards_of("4", [1, 3, 5]) == ()  # not held: nothing to take

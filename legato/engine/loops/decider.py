@@ -4,8 +4,8 @@ apply the pure decider's actions. Workers hear of new attempts from the NOTIFY o
 
 In the distributed layout work is taken one shard key at a time: a batch is runs of
 one key, and every statement of its decision (lock, snapshot, writes) is within that
-key. On one PostgreSQL (``Shards.distributed`` False) a tick takes one batch across
-its dirty keys, and locks, reads and writes it in one statement each (docs/design.md,
+key. On one PostgreSQL (``Shards.distributed`` False) a tick with any dirty key takes
+one batch across every held key, and locks, reads and writes it in one statement each (docs/design.md,
 "The statement layout"). The loop keeps a set of
 dirty keys — the key in each decide NOTIFY's payload (every held key for an empty or
 unparsable one), the keys a local worker's reports touched (``decide_now``), and every
@@ -157,14 +157,18 @@ class DeciderLoop(Loop):
 
     async def tick(self) -> bool:
         """One take per dirty held key (distributed layout, each key's batch in its own
-        transaction), or one take over every dirty held key (one PostgreSQL); True when a
-        take came back full (its keys stay dirty) or a key was marked meanwhile."""
+        transaction), or, when any held key is dirty, one take over every held key (one
+        PostgreSQL); True when a take came back full (its keys stay dirty) or a key was
+        marked meanwhile."""
         keys = self._due_keys()
         if not keys:
             return False
         if not self.shards.distributed:
-            if await self._decide(keys):
-                self._dirty.update(dict.fromkeys(keys))
+            # One statement takes from every held key at no extra cost: the runs of keys
+            # whose NOTIFY has not arrived yet join this batch rather than make their own.
+            held = list(self.held.held())
+            if await self._decide(held):
+                self._dirty.update(dict.fromkeys(held))
                 return True
             return bool(self._dirty)
         full = False

@@ -229,7 +229,7 @@ class Worker(Loop):
         pair = self._next_dirty(held)
         if pair is None:
             return False
-        pairs = [pair, *self._dirty_of_queue(pair[1], held)]
+        pairs = [pair, *self._spanned_with(pair, held)]
         self._reserve(free)
         try:
             claimed = await self._claim([shard for shard, _ in pairs], pair[1], free)
@@ -246,15 +246,17 @@ class Worker(Loop):
             self._behind.difference_update(pairs)
         return bool(self._dirty)
 
-    def _dirty_of_queue(self, queue: str, held: Sequence[int]) -> list[tuple[int, str]]:
-        """On one PostgreSQL (a claim spans keys), the other dirty held keys of ``queue``
-        of an unlimited queue, taken off the dirty set: one claim serves them all."""
+    def _spanned_with(self, pair: tuple[int, str], held: Sequence[int]) -> list[tuple[int, str]]:
+        """On one PostgreSQL (a claim spans keys), every other held key of ``pair``'s queue
+        when it is unlimited, its dirty marks taken off: one claim serves them all, as the
+        one queue did before keys. A claim of the dirty keys alone left the attempts
+        whose NOTIFY had not arrived yet to claims of their own."""
+        first, queue = pair
         if self.shards.distributed or self._admissions[queue] is not None:
             return []
-        pairs = [pair for pair in self._dirty if pair[1] == queue and pair[0] in held]
-        for pair in pairs:
-            del self._dirty[pair]
-        return pairs
+        for dirty in [dirty for dirty in self._dirty if dirty[1] == queue]:
+            del self._dirty[dirty]
+        return [(shard, queue) for shard in held if shard != first]
 
     async def _claim(self, keys: list[int], queue: str, free: int) -> list[task_queue.Claimed]:
         """Lease up to ``free`` attempts of ``queue`` in ``keys``: one key (the distributed
