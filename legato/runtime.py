@@ -27,7 +27,7 @@ import signal
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -134,6 +134,7 @@ class Runtime:
         decision_retry_delay: timedelta = timedelta(seconds=2),
         relay: RelaySettings | None = None,
         shard_lease: timedelta = DEFAULT_SHARD_TTL,
+        distributed: bool | None = None,
     ) -> None:
         self.schema = engine_schema(engine, "Runtime")
         if not isinstance(app, App):
@@ -180,6 +181,12 @@ class Runtime:
         self.decision_retry_delay = decision_retry_delay
         self.relay = relay
         self.shard_lease = shard_lease
+        if distributed is not None and not isinstance(distributed, bool):
+            raise ConfigurationError(
+                f"distributed={distributed!r} must be True, False or None (the installation's)"
+            )
+        # The statement layout, when forced (None: the installation's, ``Shards.distributed``).
+        self.distributed = distributed
         # The queues this process's worker serves: those given, else every queue the app's
         # tasks name.
         self.served_queues: tuple[str, ...] = (
@@ -352,6 +359,8 @@ class Runtime:
         PostgreSQL 15 or a schema not migrated to this package's head.
         """
         self.shards = await self._check_database()
+        if self.distributed is not None:
+            self.shards = replace(self.shards, distributed=self.distributed)
         self._build_loops(self.shards)
         await self._first_rounds()
         if self.roles.deploy and self.roles.decider:

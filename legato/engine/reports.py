@@ -1,12 +1,13 @@
 """Reporting what happened to attempts: the one path by which workers, the timer loop,
 the lease sweeper and finished child runs hand facts to the decider.
 
-One transaction, worked one shard key at a time (keys ascending; the statements of a
-key touch that key only): first the key's decide_queue upserts, in run-id order (the
-upsert takes the run's decide row lock before anything else, so a report that
-races a decision waits for it and re-queues the run — no lost wake-up, and one lock
-order everywhere), then its queue rows' deletion, then its fenced task updates. A
-batch holding reports of three keys is three statements of each kind.
+One transaction: first the decide_queue upserts, in (key, run id) order (the upsert
+takes the run's decide row lock before anything else, so a report that races a
+decision waits for it and re-queues the run — no lost wake-up, and one lock order
+everywhere), then the queue rows' deletion, then the fenced task updates. In the
+distributed layout each kind is one statement per key (a batch holding reports of
+three keys is three statements of each kind, each touching one key); on one
+PostgreSQL one statement of each kind spans the batch's keys.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import decide_queue, task_queue, tasks
+from legato.schema import Shards
 
 
 @dataclass(frozen=True)
@@ -43,17 +45,30 @@ def by_shard(reports: Sequence[Report]) -> dict[int, list[Report]]:
     return dict(sorted(grouped.items()))
 
 
-async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason: str) -> int:
+async def apply_reports(
+    conn: AsyncConnection,
+    reports: Sequence[Report],
+    reason: str,
+    *,
+    layout: Shards | None = None,
+) -> int:
     """Apply reports in the caller's transaction; returns how many were not stale.
 
-    Per key, ascending: the runs' decide rows (in run-id order), then the queue rows,
-    then the task rows — one statement of each kind per key, each filtered by that
-    key. Stale reports (an attempt already finished, cancelled or superseded) change
-    no task; their queue rows go, because their attempt is over. The deciders are
+    The runs' decide rows (in (key, run id) order), then the queue rows, then the task
+    rows: one statement of each kind per key, keys ascending, each filtered by that
+    key — unless ``layout`` is a single-node installation's (``Shards.distributed``
+    False) and the reports span keys: then one statement of each kind for every key of
+    the batch (the ``*_held`` statements), in the same lock order. Callers whose
+    reports are of one key (a transactional attempt's completion) pass no layout.
+    Stale reports (an attempt already finished, cancelled or superseded) change no
+    task; their queue rows go, because their attempt is over. The deciders are
     notified at commit (decide_queue's trigger, once per key).
     """
+    grouped = by_shard(reports)
+    if layout is not None and not layout.distributed and len(grouped) > 1:
+        return await _apply_held(conn, layout.count, reports, reason)
     applied = 0
-    for shard, group in by_shard(reports).items():
+    for shard, group in grouped.items():
         await decide_queue.enqueue(conn, shard, (report.move.run_id for report in group), reason)
         await task_queue.remove(
             conn, shard, [r.queue_key for r in group if r.queue_key and not r.only_if_unleased]
@@ -66,3 +81,20 @@ async def apply_reports(conn: AsyncConnection, reports: Sequence[Report], reason
         )
         applied += len(await tasks.transition_many(conn, shard, [r.move for r in group]))
     return applied
+
+
+async def _apply_held(
+    conn: AsyncConnection, count: int, reports: Sequence[Report], reason: str
+) -> int:
+    await decide_queue.enqueue_held(conn, count, (r.move.run_id for r in reports), reason)
+    for unleased in (False, True):
+        await task_queue.remove_held(
+            conn,
+            [
+                (r.shard, *r.queue_key)
+                for r in reports
+                if r.queue_key and r.only_if_unleased is unleased
+            ],
+            unleased=unleased,
+        )
+    return len(await tasks.transition_many_held(conn, count, [r.move for r in reports]))

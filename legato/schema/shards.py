@@ -59,8 +59,13 @@ def tenant_hash(key: str) -> int:
 class Shards:
     """The installation's key count and the functions from ids and tenant keys to keys.
 
-    ``distributed``: the run-scoped tables are distributed over a Citus cluster by the
-    key (``legato.distributed``), so every hot statement must stay within one key."""
+    ``distributed`` is the installation's statement layout. On a distributed PostgreSQL
+    (Citus, ``legato.distributed``: the flag is read from its catalog) every hot
+    statement touches one key, so it routes to one node, and a loop sends one take,
+    claim or flush per key it holds. On
+    one PostgreSQL (the default) the loops' takes, claims and report flushes span the
+    keys a process holds in one statement, so a tick costs the round trips it cost
+    before there were keys (docs/design.md, "The statement layout")."""
 
     count: int
     distributed: bool = False

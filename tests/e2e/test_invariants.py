@@ -28,7 +28,7 @@ from legato import (
     uuid7,
 )
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import task_queue, tasks
+from legato.engine.repositories import queue_leases, tasks
 from legato.runtime import Roles
 from legato.schema import DecideQueue, IdempotencyKeys, RunEvents, Runs, Signals, Tasks
 from tests.e2e import flows
@@ -183,7 +183,7 @@ async def test_graceful_shutdown_releases_unfinished_attempts(
     owner = runtime.worker.worker_id
     await runtime.stop()
     async with engine.connect() as conn:
-        assert await task_queue.leased_by(conn, owner) == 0
+        assert await queue_leases.leased_by(conn, owner) == 0
     details = await client.get_run(handle.run_id)
     assert [t.state for t in details.tasks] == [TaskState.QUEUED]
     # Another worker takes the released attempt at once (no lease expiry to wait for).

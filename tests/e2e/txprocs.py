@@ -22,6 +22,7 @@ from legato.engine import reports as legato_reports
 from legato.engine.loops import worker, worker_attempts
 from legato.engine.reports import Report
 from legato.runtime import Roles
+from legato.schema import Shards
 from tests.e2e import txflows
 from tests.e2e.procs import serve
 
@@ -30,8 +31,14 @@ def stop_around_commit(victim: txflows.Victim) -> None:
     apply_reports = legato_reports.apply_reports
     finished = worker.Worker._finished
 
-    async def apply_then_stop(conn: AsyncConnection, reports: Sequence[Report], reason: str) -> int:
-        applied = await apply_reports(conn, reports, reason)
+    async def apply_then_stop(
+        conn: AsyncConnection,
+        reports: Sequence[Report],
+        reason: str,
+        *,
+        layout: Shards | None = None,
+    ) -> int:
+        applied = await apply_reports(conn, reports, reason, layout=layout)
         await victim.reached("before_commit", reports[0].move.run_id)
         return applied
 

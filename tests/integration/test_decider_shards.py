@@ -1,14 +1,16 @@
-"""The decider loop takes per shard key: only from the keys it holds, and, woken by a
-decide NOTIFY, only from the key the notification names."""
+"""The decider loop takes only from the keys it holds and, woken by a decide NOTIFY,
+only from the key the notification names: in the distributed layout one take per key,
+on one PostgreSQL one take spanning the keys (never a run of a key it does not hold)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +21,8 @@ from legato.schema import DEFAULT_SHARD_COUNT, DecideQueue, Shards, Tasks
 from tests.helpers import eventually
 
 shards = Shards(DEFAULT_SHARD_COUNT)
+LAYOUTS = [Shards(DEFAULT_SHARD_COUNT, distributed=True), shards]
+LAYOUT_IDS = ["distributed", "single-node"]
 
 
 @workflow("parked")
@@ -58,10 +62,13 @@ async def _queued(engine: AsyncEngine) -> set[uuid.UUID]:
         return set((await conn.execute(select(DecideQueue.run_id))).scalars())
 
 
-async def test_a_decider_takes_only_from_the_keys_it_holds(engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+async def test_a_decider_takes_only_from_the_keys_it_holds(
+    engine: AsyncEngine, layout: Shards
+) -> None:
     async with Client(engine, app=app) as client:
         started = await _start_in(client, [0, 1, 2])
-        partial = DeciderLoop(engine, shards=shards, held=Only(0, 1))
+        partial = DeciderLoop(engine, shards=layout, held=Only(0, 1))
         for _ in range(3):
             await partial.tick()
         assert await _decided(engine) == {started[0], started[1]}
@@ -71,11 +78,50 @@ async def test_a_decider_takes_only_from_the_keys_it_holds(engine: AsyncEngine) 
         assert await _decided(engine) == {started[0], started[1]}
 
         every = await _start_in(client, list(shards.all()))
-        whole = DeciderLoop(engine, shards=shards)
+        whole = DeciderLoop(engine, shards=layout)
         await whole.tick()
     assert await _decided(engine) == {*started.values(), *every.values()}
     assert await _queued(engine) == set()
-    assert whole.takes == shards.count
+    # One take per key, or one take for every key on one PostgreSQL.
+    assert whole.takes == (shards.count if layout.distributed else 1)
+
+
+class Sibling(DeciderLoop):
+    """A sibling decider loop that records the keys it is asked to take from."""
+
+    def __init__(self, engine: AsyncEngine, layout: Shards) -> None:
+        super().__init__(engine, shards=layout)
+        self.asked: list[list[int]] = []
+
+    def decide_now(self, shards: Iterable[int] | None = None) -> None:
+        self.asked.append(list(self.held.held() if shards is None else shards))
+        super().decide_now(shards)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+async def test_a_backlog_wakes_the_sibling_loop(engine: AsyncEngine, layout: Shards) -> None:
+    """On one PostgreSQL a take of more than one run wakes the process's other decider
+    loop on the same keys, so it takes the next batch while the first waits on
+    PostgreSQL; a take of one run does not. In the distributed layout the tick splits
+    the keys between the loops instead, and only a full take calls the sibling onto a
+    key of its own."""
+    async with Client(engine, app=app) as client:
+        for _ in range(2):
+            await client.start(parked, "two in key 3", run_id=shards.new_run_id(3))
+        sibling = Sibling(engine, layout)
+        first = DeciderLoop(engine, shards=layout, helper=sibling, poll_interval=600)
+        await first.tick()
+        assert first.decided == 2
+        if layout.distributed:
+            assert [3 in keys for keys in sibling.asked] == [False]  # the other half
+        else:
+            assert [3 in keys for keys in sibling.asked] == [True]
+        await client.start(parked, "one in key 3", run_id=shards.new_run_id(3))
+        sibling.asked.clear()
+        first.decide_now([3])
+        await first.tick()
+        assert first.decided == 3
+        assert sibling.asked == []
 
 
 @contextmanager
@@ -94,14 +140,16 @@ def takes(engine: AsyncEngine) -> Iterator[list[str]]:
         event.remove(engine.sync_engine, "before_cursor_execute", statement)
 
 
-async def test_a_wake_for_one_key_is_one_take(engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+async def test_a_wake_for_one_key_is_one_take(engine: AsyncEngine, layout: Shards) -> None:
     """A start NOTIFYs the decide channel with its run's key: the woken decider takes
     from that key alone (not from all sixteen), and decides the run."""
     wakeups = Wakeups(engine)
-    decider = DeciderLoop(engine, shards=shards, wakeups=wakeups, poll_interval=600)
+    decider = DeciderLoop(engine, shards=layout, wakeups=wakeups, poll_interval=600)
     running = asyncio.create_task(decider.run())
+    first_poll = shards.count if layout.distributed else 1
     try:
-        await eventually(lambda: decider.takes >= shards.count, "the first poll of every key")
+        await eventually(lambda: decider.takes >= first_poll, "the first poll of every key")
         async with Client(engine, app=app) as client:
             with takes(engine) as sent:
                 (run_id,) = (await _start_in(client, [5])).values()

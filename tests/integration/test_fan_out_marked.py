@@ -20,9 +20,9 @@ from legato.db import create_engine
 from legato.engine.repositories import (
     decide_queue,
     outbox,
+    queue_leases,
     runs,
     stats,
-    task_queue,
     tasks,
     ui_queries,
 )
@@ -73,7 +73,7 @@ INLINE: dict[str, FanOut] = {
         limit=10,
     ),
     "runs.count_runs": lambda conn: runs.count_runs(conn, RunFilter(status=RunStatus.FAILED)),
-    "task_queue.leased_by": lambda conn: task_queue.leased_by(conn, "worker-1"),
+    "queue_leases.leased_by": lambda conn: queue_leases.leased_by(conn, "worker-1"),
     "outbox.entries(dead)": lambda conn: outbox.entries(conn, dead=True, limit=10),
     "outbox.entries(pending)": lambda conn: outbox.entries(conn, dead=False, limit=10),
     "outbox.get": lambda conn: outbox.get(conn, 1),

@@ -221,8 +221,11 @@ async def _check(engine: AsyncEngine, statements: list[Sent]) -> tuple[int, list
 
 
 async def test_every_hot_statement_touches_one_shard_key(engine: AsyncEngine) -> None:
+    """In the distributed layout (a Citus installation's), forced here on one PostgreSQL."""
     with recorded(engine) as sent:
-        runtime = Runtime(engine, flows.app, poll_interval=0.2, grace_period=2.0)
+        runtime = Runtime(
+            engine, flows.app, poll_interval=0.2, grace_period=2.0, distributed=True
+        )
         await runtime.start()
         try:
             async with Client(engine, app=flows.app) as client:

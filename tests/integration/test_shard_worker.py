@@ -10,9 +10,11 @@ import asyncio
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import event, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -131,8 +133,13 @@ def statements(engine: AsyncEngine) -> Iterator[list[str]]:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
-async def test_a_worker_holding_key_0_never_claims_a_task_of_key_1(engine: AsyncEngine) -> None:
-    shards = await _shards(engine)
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
+async def test_a_worker_holding_key_0_never_claims_a_task_of_key_1(
+    engine: AsyncEngine, distributed: bool
+) -> None:
+    """One claim per key, or, on one PostgreSQL, one claim spanning the held keys: never
+    an attempt of a key not held."""
+    shards = replace(await _shards(engine), distributed=distributed)
     task_ids = await _queued(engine, shards, [0, 1])
     worker = Worker(
         engine, app, shards=shards, held=Held([0]), poll_interval=0.05, worker_id="holds-0"
@@ -158,6 +165,37 @@ async def _done(engine: AsyncEngine, task_id: uuid.UUID) -> bool:
     return (await _states(engine))[task_id] is TaskState.COMPLETED
 
 
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
+async def test_a_wake_for_one_key_claims_every_held_key_on_one_postgresql(
+    engine: AsyncEngine, distributed: bool
+) -> None:
+    """On one PostgreSQL the claim a wake-up for key 5 sends spans every held key, so
+    attempts whose NOTIFY has not arrived yet are claimed with it; in the distributed
+    layout it claims from key 5 alone."""
+    shards = replace(await _shards(engine), distributed=distributed)
+    worker = Worker(
+        engine, app, shards=shards, held=Held([2, 5, 9]), poll_interval=600, worker_id="w"
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(lambda: not worker._dirty, "the first poll of every held key")
+        task_ids = await _queued(engine, shards, [2, 5, 9])
+        with statements(engine) as sent:
+            worker._on_tasks_payload("5")
+            await eventually(lambda: _done(engine, task_ids[5]), "the key-5 attempt to run")
+            claims = [text for text in sent if "UPDATE legato.task_queue" in text]
+        states = await _states(engine)
+    finally:
+        worker.stop()
+        await running
+    assert len(claims) == 1, claims
+    spanned = {task_ids[2], task_ids[9]}
+    if distributed:
+        assert {states[task_id] for task_id in spanned} == {TaskState.QUEUED}
+    else:
+        assert {states[task_id] for task_id in spanned} <= {TaskState.RUNNING, TaskState.COMPLETED}
+
+
 def test_a_notify_payload_marks_its_key_or_every_held_key() -> None:
     assert notify.shards_of("3", [1, 3, 5]) == (3,)
     assert notify.shards_of("4", [1, 3, 5]) == ()  # not held: nothing to take
@@ -165,10 +203,13 @@ def test_a_notify_payload_marks_its_key_or_every_held_key() -> None:
     assert notify.shards_of("x7", [1, 3, 5]) == [1, 3, 5]
 
 
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
 async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
-    engine: AsyncEngine,
+    engine: AsyncEngine, distributed: bool
 ) -> None:
-    shards = await _shards(engine)
+    """Distributed: one statement per key and kind; on one PostgreSQL one statement per
+    kind spans the three keys, each row written in its own run's key."""
+    shards = replace(await _shards(engine), distributed=distributed)
     keys = [2, 5, 9]
     task_ids = await _queued(engine, shards, keys)
     worker = Worker(engine, app, shards=shards, held=Held(keys), worker_id="reporter")
@@ -188,10 +229,11 @@ async def test_a_report_flush_of_three_keys_is_one_statement_per_key_and_kind(
         "queue row deletes": "DELETE FROM legato.task_queue",
         "task updates": "UPDATE legato.tasks",
     }
+    per_kind = len(keys) if distributed else 1
     for kind, prefix in kinds.items():
         matching = [s for s in sent if prefix in s]
-        assert len(matching) == len(keys), f"{kind}: {matching}"
-    assert len(sent) == len(keys) * len(kinds), sent
+        assert len(matching) == per_kind, f"{kind}: {matching}"
+    assert len(sent) == per_kind * len(kinds), sent
     states = await _states(engine)
     assert all(states[task_ids[key]] is TaskState.COMPLETED for key in keys)
     assert await _queue_rows(engine) == {}

@@ -2,9 +2,12 @@
 apply the pure decider's actions. Workers hear of new attempts from the NOTIFY of
 ``task_queue``'s insert trigger; the decider announces cancelled attempts itself.
 
-Work is taken one shard key at a time: a batch is runs of one key, and every statement
-of its decision (lock, snapshot, writes) is within that key. The loop keeps a set of
-dirty keys — the key in each decide NOTIFY's payload (every held key for an empty or
+In the distributed layout work is taken one shard key at a time: a batch is runs of
+one key, and every statement of its decision (lock, snapshot, writes) is within that
+key. On one PostgreSQL (``Shards.distributed`` False) a tick with any dirty key takes
+one batch across every held key, and locks, reads and writes it in one statement each
+(docs/design.md, "The statement layout"). The loop keeps a set of dirty keys — the key
+in each decide NOTIFY's payload (every held key for an empty or
 unparsable one), the keys a local worker's reports touched (``decide_now``), and every
 held key once per poll interval — and each tick takes from each dirty key it holds; a
 take that returns a full batch leaves its key dirty.
@@ -153,10 +156,22 @@ class DeciderLoop(Loop):
         return keys
 
     async def tick(self) -> bool:
-        """One take per dirty held key, each key's batch in its own transaction; True when
-        a take came back full (its key stays dirty) or a key was marked meanwhile."""
-        full = False
+        """One take per dirty held key (distributed layout, each key's batch in its own
+        transaction), or, when any held key is dirty, one take over every held key (one
+        PostgreSQL); True when a take came back full (its keys stay dirty) or a key was
+        marked meanwhile."""
         keys = self._due_keys()
+        if not keys:
+            return False
+        if not self.shards.distributed:
+            # One statement takes from every held key at no extra cost: the runs of keys
+            # whose NOTIFY has not arrived yet join this batch rather than make their own.
+            held = list(self.held.held())
+            if await self._decide(held):
+                self._dirty.update(dict.fromkeys(held))
+                return True
+            return bool(self._dirty)
+        full = False
         if len(keys) > 1 and self.helper is not None:
             # The sibling loop takes the other half of the keys: one decides while the
             # other waits on PostgreSQL.
@@ -164,31 +179,59 @@ class DeciderLoop(Loop):
             self.helper.decide_now(keys[half:])
             keys = keys[:half]
         for shard in keys:
-            if await self._decide_key(shard):
+            if await self._decide([shard]):
                 self._dirty[shard] = None
                 full = True
         return full
 
-    async def _decide_key(self, shard: int) -> bool:
-        """Take and decide one batch of key ``shard``; True when the take was full."""
+    async def _take(
+        self,
+        conn: AsyncConnection,
+        keys: Sequence[int],
+        limit: int,
+        run_ids: Sequence[uuid.UUID] | None = None,
+    ) -> dict[uuid.UUID, int]:
+        """The layout's take: of the one key ``keys`` holds (distributed), or across them."""
+        self.takes += 1
+        if self.shards.distributed:
+            (shard,) = keys
+            return await decide_queue.take(conn, shard, limit, run_ids)
+        return await decide_queue.take_held(conn, keys, self.shards.count, limit, run_ids)
+
+    def _backlog(self, taken: int) -> bool:
+        """Whether a take of ``taken`` runs says more wait, so the sibling loop should take
+        too. In the distributed layout the tick already split the keys between the loops,
+        so only a full take calls the sibling onto this one's keys. On one PostgreSQL both
+        loops take across the same keys: a take of more than one run is a backlog
+        building, and the sibling takes the next batch while this one waits on
+        PostgreSQL, which a full take (rare while reports trickle in) would not allow."""
+        if self.shards.distributed:
+            return taken >= self.batch_size
+        return taken > 1
+
+    def _keys_of(self, run_ids: Iterable[uuid.UUID]) -> list[int]:
+        return sorted({self.shards.of_run(run_id) for run_id in run_ids})
+
+    async def _decide(self, keys: Sequence[int]) -> bool:
+        """Take and decide one batch of ``keys``; True when the take was full."""
         began = time.time_ns()
         claimed: list[uuid.UUID] = []
         try:
             async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
-                self.takes += 1
-                claimed = list(await decide_queue.take(conn, shard, self.batch_size))
+                claimed = list(await self._take(conn, keys, self.batch_size))
                 if not claimed:
                     return False
                 # Read after the take, whose ``available_at <= now()`` used the server's
                 # clock at the transaction's start: a clock read before it could stamp a
                 # run taken at its start time with an earlier time.
                 now = datetime.now(UTC)
-                if len(claimed) >= self.batch_size and self.helper is not None:
-                    self.helper.decide_now([shard])  # more may wait in this key
+                if self.helper is not None and self._backlog(len(claimed)):
+                    self.helper.decide_now(keys)  # more may wait in these keys
                 batch = await decide_runs(
-                    conn, self.shards, shard, claimed, self.specs, now, self.inputs
+                    conn, self.shards, self._keys_of(claimed), claimed, self.specs, now, self.inputs
                 )
-                await local.lease(conn, shard, batch.enqueues, now)
+                for shard, rows in batch.enqueues_by_key().items():
+                    await local.lease(conn, shard, rows, now)
                 await self._announce(conn, batch.cancels_attempts)
             self.decided += len(claimed)
             hooks.decisions_committed(batch.facts, began)
@@ -198,22 +241,22 @@ class DeciderLoop(Loop):
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
             hooks.decision_batch_failed(len(claimed), began)
-            await self._one_by_one(shard, claimed)
+            await self._one_by_one(keys, claimed)
         return len(claimed) >= self.batch_size
 
-    async def _one_by_one(self, shard: int, run_ids: Sequence[uuid.UUID]) -> None:
+    async def _one_by_one(self, keys: Sequence[int], run_ids: Sequence[uuid.UUID]) -> None:
         began = time.time_ns()
         facts: list[hooks.DecisionFacts] = []
         async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
             cancels = False
-            self.takes += 1
-            taken = await decide_queue.take(conn, shard, len(run_ids), run_ids)
-            now = datetime.now(UTC)  # after the take, as in ``_decide_key``
+            taken = await self._take(conn, keys, len(run_ids), run_ids)
+            now = datetime.now(UTC)  # after the take, as in ``_decide``
             for run_id, failed_before in taken.items():
+                shard = self.shards.of_run(run_id)
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(
-                            conn, self.shards, shard, [run_id], self.specs, now, self.inputs
+                            conn, self.shards, [shard], [run_id], self.specs, now, self.inputs
                         )
                         await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:

@@ -1,8 +1,9 @@
-"""A decision batch: the runs of one shard key locked, loaded and decided in the caller's
-transaction, each run's actions interpreted into the repository rows they write
-(``Batch.add``: the one interpreter of the ``Action`` union, exhaustive), and the whole
-batch written in one statement (``Batch.write``); a child's start and a finished
-child's parent are statements of their own.
+"""A decision batch: the runs of one shard key (of the keys a process holds, on one
+PostgreSQL) locked, loaded and decided in the caller's transaction, each run's actions
+interpreted into the repository rows they write (``Batch.add``: the one interpreter of
+the ``Action`` union, exhaustive), and the whole batch written in one statement
+(``Batch.write``); a child's start and a finished child's parent are statements of
+their own.
 
 The decider loop (``legato.engine.loops.decider``) runs a batch per take, and again one
 run at a time when a batch fails.
@@ -85,8 +86,9 @@ _FINISHED_STATES = frozenset(
 
 @dataclass
 class Batch:
-    """The writes of a batch of decisions of runs of key ``shard``, gathered so each table
-    gets one statement (within that key).
+    """The writes of a batch of decisions of runs of key ``shard`` (of any keys when None:
+    one PostgreSQL), gathered so each table gets one statement (within that key, or
+    spanning the batch's keys).
 
     The one place the decider's actions become the repositories' rows: ``add`` maps
     each action to the row it writes as it gathers it; ``write`` only settles what
@@ -95,7 +97,7 @@ class Batch:
 
     now: datetime
     shards: Shards
-    shard: int
+    shard: int | None
     queue_of: dict[uuid.UUID, str | None] = field(default_factory=dict)
     creates: list[tasks.NewTask] = field(default_factory=list)
     enqueues: list[task_queue.NewQueueRow] = field(default_factory=list)
@@ -109,6 +111,13 @@ class Batch:
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
     facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
     lifecycle: list[outbox.Event] = field(default_factory=list)  # webhooks, same transaction
+
+    def enqueues_by_key(self) -> dict[int, list[task_queue.NewQueueRow]]:
+        """The attempts this batch enqueues, by their runs' keys, keys ascending."""
+        grouped: dict[int, list[task_queue.NewQueueRow]] = {}
+        for row in self.enqueues:
+            grouped.setdefault(self.shards.of_run(row.run_id), []).append(row)
+        return dict(sorted(grouped.items()))
 
     @property
     def cancels_attempts(self) -> bool:
@@ -225,39 +234,43 @@ class Batch:
         moves = [move for move in self.resolves if move.task_id not in created]
         # Queue rows before task rows: the order a worker's claim takes them in, so
         # they go in a statement of their own, before the moves (cancellations only).
-        await task_queue.remove(
-            conn,
-            self.shard,
-            [(queue, move.task_id) for move in moves if (queue := self.queue_of.get(move.task_id))],
+        cancelled = [
+            (move.run_id, queue, move.task_id)
+            for move in moves
+            if (queue := self.queue_of.get(move.task_id))
+        ]
+        if self.shard is None:
+            held = [(self.shards.of_run(run_id), q, task_id) for run_id, q, task_id in cancelled]
+            await task_queue.remove_held(conn, held)
+        else:
+            await task_queue.remove(conn, self.shard, [(q, t) for _, q, t in cancelled])
+        writes = decisions.Writes(
+            creates=[
+                row._replace(observed=True) if row.id in observed else row for row in folded
+            ],
+            enqueues=[row for row in self.enqueues if row.task_id not in resolved],
+            timers=self.timers,
+            consumed=self.consumed,
+            moves=[
+                move._replace(observed=True) if move.task_id in observed else move
+                for move in moves
+            ],
+            observed=[
+                pair
+                for pair in self.observed
+                if pair[1] not in created and pair[1] not in resolved
+            ],
+            events=self.events,
+            lifecycle=self.lifecycle,
+            finishes=[
+                runs.Finish(run_id=run.id, status=f.status, output=f.output, error=f.error)
+                for run, f in self.finishes
+            ],
         )
-        applied = await decisions.write(
-            conn,
-            self.shard,
-            decisions.Writes(
-                creates=[
-                    row._replace(observed=True) if row.id in observed else row for row in folded
-                ],
-                enqueues=[row for row in self.enqueues if row.task_id not in resolved],
-                timers=self.timers,
-                consumed=self.consumed,
-                moves=[
-                    move._replace(observed=True) if move.task_id in observed else move
-                    for move in moves
-                ],
-                observed=[
-                    pair
-                    for pair in self.observed
-                    if pair[1] not in created and pair[1] not in resolved
-                ],
-                events=self.events,
-                lifecycle=self.lifecycle,
-                finishes=[
-                    runs.Finish(run_id=run.id, status=f.status, output=f.output, error=f.error)
-                    for run, f in self.finishes
-                ],
-            ),
-            self.now,
-        )
+        if self.shard is None:
+            applied = await decisions.write_held(conn, self.shards, writes, self.now)
+        else:
+            applied = await decisions.write(conn, self.shard, writes, self.now)
         stale = [m.task_id for m in moves if m.task_id not in applied]
         if stale:
             raise DecisionAborted(f"tasks {stale} were no longer active")
@@ -277,23 +290,34 @@ class DecisionAborted(Exception):
 async def decide_runs(
     conn: AsyncConnection,
     shards: Shards,
-    shard: int,
+    keys: Sequence[int],
     run_ids: Sequence[uuid.UUID],
     specs: SpecCache,
     now: datetime,
     inputs: InputChecks | None = None,
 ) -> Batch:
-    """Lock, load, decide and apply a batch of runs of key ``shard``, in the caller's
-    transaction: one statement per table, each within the key. A run started from SQL
-    whose input does not fit its model (``inputs``) fails instead of being decided."""
-    locked = await runs.lock_many(conn, shard, run_ids)
+    """Lock, load, decide and apply a batch of runs of ``keys``, in the caller's
+    transaction. In the distributed layout ``keys`` is one key and every statement is
+    within it; on one PostgreSQL the lock, the snapshot and the writes each span the
+    batch's keys in one statement. A run started from SQL whose input does not fit its
+    model (``inputs``) fails instead of being decided."""
+    if shards.distributed:
+        (shard,) = keys
+        locked = await runs.lock_many(conn, shard, run_ids)
+    else:
+        locked = await runs.lock_many_held(conn, keys, run_ids)
     running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
     ids = [run.id for run, _ in running]
-    loaded = await tasks.snapshots(conn, shard, ids) if ids else {}
+    if not ids:
+        loaded = {}
+    elif shards.distributed:
+        loaded = await tasks.snapshots(conn, keys[0], ids)
+    else:
+        loaded = await tasks.snapshots_held(conn, keys, ids)
     batch = Batch(
         now=now,
         shards=shards,
-        shard=shard,
+        shard=keys[0] if shards.distributed else None,
         queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
     )
     for run, last_seq in running:
@@ -393,4 +417,4 @@ async def complete_parents(
             error=error,
         )
         reports.append(Report(move, shards.of_run(run.parent_run_id)))
-    await apply_reports(conn, reports, "child finished")
+    await apply_reports(conn, reports, "child finished", layout=shards)

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import task_queue, tasks
+from legato.engine.repositories import queue_leases, tasks
 from legato.schema import Shards, TaskState
 from legato.schema.values import TaskError
 
@@ -45,21 +45,29 @@ class LeaseSweeper(Loop):
         self._due: list[int] = []
 
     async def tick(self) -> bool:
+        if not self.shards.distributed:
+            # One PostgreSQL: one read spans every held key.
+            held = list(self.held.held())
+            return bool(held) and await self.sweep(held)
         if not self._due:
             self._due = list(self.held.held())
             if not self._due:
                 return False
         shard = self._due.pop(0)
-        full = await self.sweep(shard)
+        full = await self.sweep([shard])
         if full:
             self._due.append(shard)  # more may have expired there
         return bool(self._due)
 
-    async def sweep(self, shard: int) -> bool:
-        """Time out up to ``batch_size`` expired leases of key ``shard`` in one
-        transaction; whether the batch was full."""
+    async def sweep(self, keys: list[int]) -> bool:
+        """Time out up to ``batch_size`` expired leases of ``keys`` (one key in the
+        distributed layout) in one transaction; whether the batch was full."""
         async with self.engine.begin() as conn:
-            expired = await task_queue.expired(conn, shard, self.batch_size)
+            if self.shards.distributed:
+                (shard,) = keys
+                expired = await queue_leases.expired(conn, shard, self.batch_size)
+            else:
+                expired = await queue_leases.expired_held(conn, keys, self.batch_size)
             reports = [
                 Report(
                     tasks.Transition(
@@ -74,11 +82,11 @@ class LeaseSweeper(Loop):
                         ),
                         from_states=(TaskState.RUNNING, TaskState.QUEUED),
                     ),
-                    shard=shard,
+                    shard=self.shards.of_run(item.run_id),
                     queue_key=(item.queue, item.task_id),
                 )
                 for item in expired
             ]
-            await apply_reports(conn, reports, "lease expired")
+            await apply_reports(conn, reports, "lease expired", layout=self.shards)
         self.swept += len(expired)
         return len(expired) >= self.batch_size

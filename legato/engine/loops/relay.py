@@ -250,20 +250,31 @@ class RelayLoop(Loop):
         room = self.settings.batch_size - sum(self._in_flight.values())
         if room <= 0 or self.stopping:
             return False
-        chosen = next((key for key in self._due if key in held), None)
-        self._due = {key: None for key in self._due if key in held and key != chosen}
-        if chosen is None:
+        due = [key for key in self._due if key in held]
+        # One key per claim (distributed), or every due key in one claim (one PostgreSQL).
+        chosen = due[:1] if self.shards.distributed else due
+        self._due = {key: None for key in due if key not in chosen}
+        if not chosen:
             return False
-        shard = chosen
         async with self.engine.begin() as conn:
-            claimed = await outbox.claim(
-                conn,
-                shard,
-                room,
-                self.settings.lease,
-                self.settings.per_endpoint_concurrency,
-                self._in_flight,
-            )
+            if self.shards.distributed:
+                claimed = await outbox.claim(
+                    conn,
+                    chosen[0],
+                    room,
+                    self.settings.lease,
+                    self.settings.per_endpoint_concurrency,
+                    self._in_flight,
+                )
+            else:
+                claimed = await outbox.claim_held(
+                    conn,
+                    chosen,
+                    room,
+                    self.settings.lease,
+                    self.settings.per_endpoint_concurrency,
+                    self._in_flight,
+                )
         for delivery in claimed:
             self._in_flight[delivery.endpoint_id] += 1
             sending = asyncio.create_task(self._deliver(delivery))
@@ -272,7 +283,7 @@ class RelayLoop(Loop):
         # The key stays due: the endpoints this claim filled are skipped next time, so
         # the others' due deliveries are reached; then the other due keys in turn.
         if claimed:
-            self._due[shard] = None
+            self._due.update(dict.fromkeys(chosen))
         return bool(self._due)
 
     async def _deliver(self, delivery: outbox.Delivery) -> None:

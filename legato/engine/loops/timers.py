@@ -78,10 +78,28 @@ class TimerLoop(Loop):
         held = self.held.held()
         keys = [shard for shard in self._full if shard in held] if self._full else list(held)
         self._full.clear()
+        if not self.shards.distributed:
+            # One PostgreSQL: one take spans the keys.
+            if keys and await self._fire_held(keys):
+                self._full.update(dict.fromkeys(keys))
+            return bool(self._full)
         for shard in keys:
             if await self._fire(shard):
                 self._full[shard] = None
         return bool(self._full)
+
+    async def _fire_held(self, keys: list[int]) -> bool:
+        """Fire the due timers of any of ``keys`` in one transaction, acting on each
+        key's timers in its key; True when the take was a full batch."""
+        now = datetime.now(UTC)
+        async with self.engine.begin() as conn:
+            due = await timers.take_due_held(conn, keys, self.batch_size, now)
+            by_key: dict[int, list[timers.DueTimer]] = {}
+            for timer in due:
+                by_key.setdefault(self.shards.of_run(timer.run_id), []).append(timer)
+            for shard in sorted(by_key):
+                await self._act(conn, shard, by_key[shard], now)
+        return len(due) >= self.batch_size
 
     async def _fire(self, shard: int) -> bool:
         """Fire the due timers of key ``shard`` in one transaction; True when the take was
@@ -89,25 +107,31 @@ class TimerLoop(Loop):
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             due = await timers.take_due(conn, shard, self.batch_size, now)
-            if not due:
-                return False
-            queued = [t for t in due if t.kind in _QUEUED_KINDS]
-            timing = await tasks.timings(conn, shard, [(t.run_id, t.task_id) for t in queued])
-            for timer in [t for t in queued if t.kind is TimerKind.START_TO_CLOSE]:
-                real_due = start_to_close_due(timer, timing.get(timer.task_id))
-                if real_due is None:
-                    due.remove(timer)
-                elif real_due != timer.due_at:
-                    due[due.index(timer)] = timer._replace(due_at=real_due)
-            early = [t for t in due if t.due_at > now]
-            await timers.arm(conn, shard, early, now)
-            fired = [t for t in due if t.due_at <= now]
-            await time_out_runs(conn, shard, [t.run_id for t in fired if t.kind in _RUN_KINDS])
-            reports = [
-                report_for(t, shard, _queue_of(timing.get(t.task_id)))
-                for t in fired
-                if t.kind not in _RUN_KINDS
-            ]
-            await apply_reports(conn, reports, "timer fired")
-        self.fired += len(fired)
+            await self._act(conn, shard, list(due), now)
         return len(due) >= self.batch_size
+
+    async def _act(
+        self, conn: AsyncConnection, shard: int, due: list[timers.DueTimer], now: datetime
+    ) -> None:
+        """Re-arm the taken timers of key ``shard`` that are not due yet, fire the others."""
+        if not due:
+            return
+        queued = [t for t in due if t.kind in _QUEUED_KINDS]
+        timing = await tasks.timings(conn, shard, [(t.run_id, t.task_id) for t in queued])
+        for timer in [t for t in queued if t.kind is TimerKind.START_TO_CLOSE]:
+            real_due = start_to_close_due(timer, timing.get(timer.task_id))
+            if real_due is None:
+                due.remove(timer)
+            elif real_due != timer.due_at:
+                due[due.index(timer)] = timer._replace(due_at=real_due)
+        early = [t for t in due if t.due_at > now]
+        await timers.arm(conn, shard, early, now)
+        fired = [t for t in due if t.due_at <= now]
+        await time_out_runs(conn, shard, [t.run_id for t in fired if t.kind in _RUN_KINDS])
+        reports = [
+            report_for(t, shard, _queue_of(timing.get(t.task_id)))
+            for t in fired
+            if t.kind not in _RUN_KINDS
+        ]
+        await apply_reports(conn, reports, "timer fired", layout=self.shards)
+        self.fired += len(fired)

@@ -50,7 +50,7 @@ from legato.engine.loops.worker_attempts import (
 from legato.engine.loops.worker_leases import keep_leases
 from legato.engine.progress_writer import with_progress
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import notify, task_queue, tasks
+from legato.engine.repositories import notify, queue_leases, task_queue, tasks
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.flow import App
@@ -230,33 +230,53 @@ class Worker(Loop):
         pair = self._next_dirty(held)
         if pair is None:
             return False
+        pairs = [pair, *self._spanned_with(pair, held)]
         self._reserve(free)
         try:
-            claimed = await self._claim(*pair, free)
+            claimed = await self._claim([shard for shard, _ in pairs], pair[1], free)
         except BaseException:
-            self._dirty[pair] = None  # still to take
+            self._dirty.update(dict.fromkeys(pairs))  # still to take
             raise
         finally:
             self._release(free)
         self._start(claimed)
         if len(claimed) >= free:
-            self._dirty[pair] = None  # a full claim: more may wait there
-            self._behind.add(pair)
+            self._dirty.update(dict.fromkeys(pairs))  # a full claim: more may wait there
+            self._behind.update(pairs)
         else:
-            self._behind.discard(pair)
+            self._behind.difference_update(pairs)
         return bool(self._dirty)
 
-    async def _claim(self, shard: int, queue: str, free: int) -> list[task_queue.Claimed]:
-        """Lease up to ``free`` attempts of key ``shard`` in ``queue``."""
+    def _spanned_with(self, pair: tuple[int, str], held: Sequence[int]) -> list[tuple[int, str]]:
+        """On one PostgreSQL (a claim spans keys), every other held key of ``pair``'s queue
+        when it is unlimited, its dirty marks taken off: one claim serves them all, as the
+        one queue did before keys. A claim of the dirty keys alone left the attempts
+        whose NOTIFY had not arrived yet to claims of their own."""
+        first, queue = pair
+        if self.shards.distributed or self._admissions[queue] is not None:
+            return []
+        for dirty in [dirty for dirty in self._dirty if dirty[1] == queue]:
+            del self._dirty[dirty]
+        return [(shard, queue) for shard in held if shard != first]
+
+    async def _claim(self, keys: list[int], queue: str, free: int) -> list[task_queue.Claimed]:
+        """Lease up to ``free`` attempts of ``queue`` in ``keys``: one key (the distributed
+        layout, a limited queue) or several in one statement."""
         admission = self._admissions[queue]
         if admission is not None:
+            (shard,) = keys
             async with self.engine.begin() as conn:
                 return await admission.claim(conn, shard, queue, self.worker_id, free, self.lease)
         # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
         async with self.engine.connect() as conn:
             autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            return await task_queue.claim(
-                autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
+            if self.shards.distributed:
+                (shard,) = keys
+                return await task_queue.claim(
+                    autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
+                )
+            return await task_queue.claim_held(
+                autocommit, keys, queue, self.task_names, self.worker_id, free, self.lease
             )
 
     def _free(self) -> int:
@@ -348,7 +368,7 @@ class Worker(Loop):
         absorbed: Absorbed = None
         try:
             async with self.engine.begin() as conn:
-                await apply_reports(conn, batch, "task finished")
+                await apply_reports(conn, batch, "task finished", layout=self.shards)
                 if self.reports is not None:  # _finished nudges the local decider instead
                     absorbed = await self.reports.absorb(conn, self._decide_channel)
         except Exception as error:
@@ -411,7 +431,7 @@ class Worker(Loop):
         held: set[uuid.UUID] = set()
         async with self.engine.begin() as conn:
             for shard, keys in sorted(by_shard.items()):
-                held |= await task_queue.extend_leases(
+                held |= await queue_leases.extend_leases(
                     conn, shard, self.worker_id, keys, self.lease
                 )
         for task_id, flight in running.items():
@@ -441,7 +461,7 @@ class Worker(Loop):
                 by_shard.setdefault(claimed.shard, []).append(claimed)
             async with self.engine.begin() as conn:
                 for shard, group in sorted(by_shard.items()):
-                    await task_queue.release(
+                    await queue_leases.release(
                         conn, shard, self.worker_id, [(c.queue, c.task_id) for c in group]
                     )
                     await tasks.release_attempts(

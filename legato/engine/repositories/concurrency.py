@@ -154,7 +154,7 @@ def _take_statement() -> Any:
 
 def freed(task_ids: BindParameter[Any]) -> CTE:
     """A data-modifying CTE freeing the slots of the attempts ``task_ids`` (added to
-    ``task_queue.remove`` and ``release``, so a finished or released attempt frees its
+    ``task_queue.remove`` and ``queue_leases.release``, so a finished or released attempt frees its
     slots in the statement that drops or releases its lease). ``ix_concurrency_slots_holder``;
     nothing to do, and next to no cost, when no limit is in use."""
     table = ConcurrencySlots
@@ -169,7 +169,7 @@ def freed(task_ids: BindParameter[Any]) -> CTE:
 
 def extended(task_ids: BindParameter[Any], owner: BindParameter[Any], lease: timedelta) -> CTE:
     """A data-modifying CTE extending the slots ``owner`` holds for ``task_ids`` to the
-    new lease expiry (added to ``task_queue.extend_leases``: one ``now()``, so a slot
+    new lease expiry (added to ``queue_leases.extend_leases``: one ``now()``, so a slot
     never expires before its holder's lease). ``ix_concurrency_slots_holder``."""
     table = ConcurrencySlots
     return (

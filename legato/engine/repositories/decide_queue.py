@@ -33,10 +33,14 @@ from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
+    SHARD_COUNT_PARAM,
     SHARD_PARAM,
     fan_out,
     in_array,
+    run_shard,
     shard_param,
+    shards_param,
+    spanning_params,
     uuid_array,
 )
 from legato.schema import DecideQueue, Runs
@@ -68,15 +72,41 @@ async def enqueue(
         params: dict[str, object] = {SHARD_PARAM: shard, "run_ids": ordered, "reason": reason}
         if available_at is not None:
             params["available_at"] = available_at
-        await conn.execute(_enqueue_statement(available_at is not None), params)
+        await conn.execute(_enqueue_statement(available_at is not None, False), params)
+
+
+async def enqueue_held(
+    conn: AsyncConnection,
+    count: int,
+    run_ids: Iterable[uuid.UUID],
+    reason: str,
+    available_at: datetime | None = None,
+) -> None:
+    """:func:`enqueue` of runs of any key in ONE statement (report flushes of a
+    single-node installation; ``count`` is the installation's key count): each row
+    takes its run's key, computed from its id (``params.run_shard``), and the rows go in
+    (key, run id) order — the order per-key upserts in ascending keys take, so the
+    lock order is the same in both layouts. Primary key (shard, run_id)."""
+    ordered = sorted(set(run_ids))
+    if ordered:
+        params: dict[str, object] = {
+            SHARD_COUNT_PARAM: count,
+            "run_ids": ordered,
+            "reason": reason,
+        }
+        if available_at is not None:
+            params["available_at"] = available_at
+        await conn.execute(_enqueue_statement(available_at is not None, True), params)
 
 
 @cache
-def _enqueue_statement(timed: bool) -> Insert:
+def _enqueue_statement(timed: bool, spanning: bool) -> Insert:
     columns = ["shard", "run_id", "reason"]
+    given = func.unnest(uuid_array("run_ids")).table_valued("run_id").render_derived("given")
+    run_id = given.c.run_id
     values: list[Any] = [
-        shard_param(),
-        func.unnest(uuid_array("run_ids")).label("run_id"),
+        (run_shard(run_id) if spanning else shard_param()).label("shard"),
+        run_id.label("run_id"),
         bindparam("reason", type_=Text()).label("reason"),
     ]
     if timed:
@@ -84,7 +114,9 @@ def _enqueue_statement(timed: bool) -> Insert:
         values.append(
             bindparam("available_at", type_=DateTime(timezone=True)).label("available_at")
         )
-    rows = select(*values).order_by(literal_column("run_id"))
+    rows = select(*values).select_from(given).order_by(
+        literal_column("shard"), literal_column("run_id")
+    )
     statement = insert(DecideQueue.table).from_select(columns, rows)
     excluded = statement.excluded
     return statement.on_conflict_do_update(
@@ -104,8 +136,9 @@ async def take(
     conn: AsyncConnection, shard: int, limit: int, run_ids: Sequence[uuid.UUID] | None = None
 ) -> dict[uuid.UUID, int]:
     """Take up to ``limit`` runs of key ``shard`` due for a decision (or just
-    ``run_ids``, all of that key) off the queue (decider loop, one take per dirty key):
-    run id -> decisions of it that failed so far, in run-id order.
+    ``run_ids``, all of that key) off the queue (decider loop of a distributed
+    installation, one take per dirty key): run id -> decisions of it that failed so far,
+    in run-id order.
 
     Deleted at once but locked until the decision commits: a report racing the
     decision waits on the deleted row and inserts a new one after the commit (or
@@ -117,14 +150,37 @@ async def take(
     params: dict[str, object] = {SHARD_PARAM: shard, "limit": limit}
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
-    result = await conn.execute(_take_statement(run_ids is not None), params)
+    result = await conn.execute(_take_statement(run_ids is not None, False), params)
+    return dict(sorted(result.all()))
+
+
+async def take_held(
+    conn: AsyncConnection,
+    keys: Sequence[int],
+    count: int,
+    limit: int,
+    run_ids: Sequence[uuid.UUID] | None = None,
+) -> dict[uuid.UUID, int]:
+    """:func:`take` over every key in ``keys`` in ONE statement (decider loop of a
+    single-node installation, one take per tick over its dirty held keys; ``count`` is
+    the installation's key count): the oldest due runs of any of those keys, as the one
+    queue before there were keys — fair between keys by age. The same locks and
+    deletion as :func:`take`; ``ix_decide_queue_decider`` (shard, available_at), one
+    range per key (``shard = ANY``), or the primary key for ``run_ids``."""
+    params: dict[str, object] = {**spanning_params(keys, count), "limit": limit}
+    if run_ids is not None:
+        params["run_ids"] = list(run_ids)
+    result = await conn.execute(_take_statement(run_ids is not None, True), params)
     return dict(sorted(result.all()))
 
 
 @cache
-def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
-    due = select(DecideQueue.run_id).where(
-        DecideQueue.shard == shard_param(),
+def _take_statement(chosen: bool, spanning: bool) -> ReturningDelete[uuid.UUID, int]:
+    key = in_array(DecideQueue.shard, shards_param()) if spanning else (
+        DecideQueue.shard == shard_param()
+    )
+    due = select(DecideQueue.shard, DecideQueue.run_id).where(
+        key,
         DecideQueue.available_at <= func.now(),
         DecideQueue.quarantined_at.is_(None),
     )
@@ -136,7 +192,10 @@ def _take_statement(chosen: bool) -> ReturningDelete[uuid.UUID, int]:
     )
     return (
         delete(DecideQueue.table)
-        .where(DecideQueue.shard == shard_param(), DecideQueue.run_id == taken.c.run_id)
+        .where(
+            DecideQueue.shard == (taken.c.shard if spanning else shard_param()),
+            DecideQueue.run_id == taken.c.run_id,
+        )
         .returning(DecideQueue.run_id, DecideQueue.failures)
     )
 

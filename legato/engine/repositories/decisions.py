@@ -32,6 +32,8 @@ from legato.engine.repositories import (
     tasks,
     timers,
 )
+from legato.engine.repositories.params import SHARD_COUNT_PARAM, SHARD_PARAM, SHARDS_PARAM
+from legato.schema import Shards
 from legato.schema.enums import ACTIVE_TASK_STATES
 
 
@@ -63,6 +65,27 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
     even for no rows (most decisions neither start nor finish a run). Each part is
     served by its own table's primary key, led by the key (see each part's docstring).
     """
+    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle), False)
+    return await _execute(conn, statement, _params(shard, writes, now))
+
+
+async def write_held(
+    conn: AsyncConnection, shards: Shards, writes: Writes, now: datetime
+) -> set[uuid.UUID]:
+    """:func:`write` of a batch of runs of any keys in ONE statement (decider loop of a
+    single-node installation): the same parts, each writing or matching every row in its
+    run's key, computed from the run id (``params.run_shard``, an index condition of
+    each part's join), and the observed marks by ``shard = ANY`` over their runs' keys.
+    The same primary keys."""
+    params = _params(0, writes, now)
+    del params[SHARD_PARAM]  # no part of the spanning statement has one key
+    params[SHARD_COUNT_PARAM] = shards.count
+    params[SHARDS_PARAM] = sorted({shards.of_run(run_id) for run_id, _ in writes.observed})
+    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle), True)
+    return await _execute(conn, statement, params)
+
+
+def _params(shard: int, writes: Writes, now: datetime) -> dict[str, Any]:
     if any(frozenset(m.from_states) != ACTIVE_TASK_STATES for m in writes.moves):
         raise ValueError("a decision's moves are fenced on the active states")
     params: dict[str, Any] = {
@@ -78,24 +101,29 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
         params.update(task_queue.enqueued_params(shard, writes.enqueues))
     if writes.lifecycle:
         params.update(outbox.published_params(shard, writes.lifecycle))
-    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle))
+    return params
+
+
+async def _execute(
+    conn: AsyncConnection, statement: Select[uuid.UUID], params: dict[str, Any]
+) -> set[uuid.UUID]:
     result = await conn.execute(statement, params)
     return set(result.scalars())
 
 
 @cache
-def _statement(enqueues: bool, publishes: bool) -> Select[uuid.UUID]:
-    moved = tasks.moved().cte("moved")
+def _statement(enqueues: bool, publishes: bool, spanning: bool) -> Select[uuid.UUID]:
+    moved = tasks.moved(spanning).cte("moved")
     parts = [
-        tasks.inserted().cte("inserted_tasks"),
-        timers.armed().cte("armed_timers"),
-        signals.consumed().cte("consumed_signals"),
-        tasks.marked_observed().cte("observed_tasks"),
-        run_events.appended().cte("appended_events"),
-        runs.finished().cte("finished_runs"),
+        tasks.inserted(spanning).cte("inserted_tasks"),
+        timers.armed(spanning).cte("armed_timers"),
+        signals.consumed(spanning).cte("consumed_signals"),
+        tasks.marked_observed(spanning).cte("observed_tasks"),
+        run_events.appended(spanning).cte("appended_events"),
+        runs.finished(spanning).cte("finished_runs"),
     ]
     if enqueues:
-        parts.append(task_queue.enqueued().cte("enqueued_attempts"))
+        parts.append(task_queue.enqueued(spanning).cte("enqueued_attempts"))
     if publishes:
-        parts.append(outbox.published())
+        parts.append(outbox.published(spanning))
     return select(moved.c.id).add_cte(*parts)

@@ -50,7 +50,9 @@ from legato.engine.repositories.params import (
     in_array,
     int_array,
     rows_of,
+    run_shard,
     shard_param,
+    shards_param,
     text_array,
     uuid_array,
 )
@@ -124,11 +126,11 @@ async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) ->
         await conn.execute(_publish_statement(), published_params(shard, events))
 
 
-def published() -> CTE:
+def published(spanning: bool = False) -> CTE:
     """:func:`publish` as a data-modifying CTE, bound by :func:`published_params` (a part
     of ``decisions.write``, so a decision batch's lifecycle events cost no statement
     of their own: most deployments have no endpoint, and then it inserts nothing)."""
-    return _publish_statement().cte("published")
+    return _publish_statement(spanning).cte("published")
 
 
 def published_params(shard: int, events: Sequence[Event]) -> dict[str, Any]:
@@ -143,7 +145,7 @@ def published_params(shard: int, events: Sequence[Event]) -> dict[str, Any]:
 
 
 @cache
-def _publish_statement() -> Insert:
+def _publish_statement(spanning: bool = False) -> Insert:
     given = rows_of(
         "lifecycle",
         event_id=uuid_array("event_ids"),
@@ -151,7 +153,8 @@ def _publish_statement() -> Insert:
         type=text_array("types"),
         payload=text_array("payloads"),
     )
-    shard = shard_param()
+    # Spanning (``decisions.write_held``): each event in its run's key.
+    shard = run_shard(given.c.run_id) if spanning else shard_param()
     rows = (
         select(
             given.c.event_id,
@@ -220,12 +223,40 @@ async def claim(
     receiver may see the event twice, with the same event id). Commit at once: no
     transaction stays open across HTTP. Served by the partial index
     ``ix_outbox_relay_due`` (shard, next_attempt_at)."""
+    return await _claim(conn, {"in_shard": shard}, limit, lease, per_endpoint, in_flight)
+
+
+async def claim_held(
+    conn: AsyncConnection,
+    keys: Sequence[int],
+    limit: int,
+    lease: timedelta,
+    per_endpoint: int | None = None,
+    in_flight: Mapping[int, int] | None = None,
+) -> list[Delivery]:
+    """:func:`claim` over every key in ``keys`` in ONE statement (relay loop of a
+    single-node installation, one claim per tick over its due held keys): the oldest due
+    deliveries of any of those keys, each row leased in its own key; the same limits
+    and locks. ``ix_outbox_relay_due``, one range per key (``shard = ANY``)."""
+    return await _claim(
+        conn, {"in_shards": list(keys)}, limit, lease, per_endpoint, in_flight
+    )
+
+
+async def _claim(
+    conn: AsyncConnection,
+    key: dict[str, Any],
+    limit: int,
+    lease: timedelta,
+    per_endpoint: int | None,
+    in_flight: Mapping[int, int] | None,
+) -> list[Delivery]:
     cap = limit if per_endpoint is None else per_endpoint
     sending = {endpoint: count for endpoint, count in (in_flight or {}).items() if count > 0}
     result = await conn.execute(
-        _claim_statement(),
+        _claim_statement("in_shards" in key),
         {
-            "in_shard": shard,
+            **key,
             "limit": limit,
             "lease": lease,
             "per_endpoint": cap,
@@ -238,12 +269,12 @@ async def claim(
 
 
 @cache
-def _claim_statement() -> Any:
+def _claim_statement(spanning: bool) -> Any:
     full = bindparam("full_endpoints", type_=ARRAY(BigInteger()))
     due = (
-        select(Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
+        select(Outbox.shard, Outbox.id, Outbox.endpoint_id, Outbox.next_attempt_at)
         .where(
-            Outbox.shard == shard_param(),
+            in_array(Outbox.shard, shards_param()) if spanning else Outbox.shard == shard_param(),
             Outbox.dead_lettered_at.is_(None),
             Outbox.next_attempt_at <= func.now(),
             Outbox.endpoint_id != all_(full),
@@ -253,6 +284,7 @@ def _claim_statement() -> Any:
         .subquery("due")
     )
     numbered = select(
+        due.c.shard,
         due.c.id,
         due.c.endpoint_id,
         func.row_number()
@@ -265,11 +297,11 @@ def _claim_statement() -> Any:
         in_flight=int_array("busy_counts"),
     )
     room = (
-        select(Outbox.id)
+        select(Outbox.shard, Outbox.id)
         .join(numbered, numbered.c.id == Outbox.id)
         .outerjoin(busy, busy.c.endpoint_id == numbered.c.endpoint_id)
         .where(
-            Outbox.shard == shard_param(),
+            Outbox.shard == (numbered.c.shard if spanning else shard_param()),
             numbered.c.place + func.coalesce(busy.c.in_flight, 0)
             <= bindparam("per_endpoint", type_=Integer()),
         )
@@ -278,7 +310,7 @@ def _claim_statement() -> Any:
     return (
         update(Outbox.table)
         .where(
-            Outbox.shard == shard_param(),
+            Outbox.shard == (claimed.c.shard if spanning else shard_param()),
             Outbox.id == claimed.c.id,
             WebhookEndpoints.id == Outbox.endpoint_id,
         )

@@ -225,6 +225,36 @@ def shard_param() -> BindParameter[int]:
     return bindparam(SHARD_PARAM, type_=SmallInteger())
 
 
+# The keys a single-node installation's spanning statement covers (``Shards.distributed``
+# False): the loop's held keys, a ``smallint[]``.
+SHARDS_PARAM = "in_shards"
+# The installation's key count, for the key computed in SQL from a run id.
+SHARD_COUNT_PARAM = "shard_count"
+
+
+def shards_param() -> BindParameter[Any]:
+    """The keys a spanning statement covers, the array parameter ``in_shards``: the
+    single-node layout's take, claim and flush serve every key a loop holds in one
+    statement (``shard = ANY(:in_shards)``, each key's part through the per-key index)."""
+    return bindparam(SHARDS_PARAM, type_=ARRAY(SmallInteger()))
+
+
+def run_shard(run_id: ColumnElement[uuid.UUID]) -> ColumnElement[int]:
+    """The key of the run ``run_id`` computed in SQL, as ``Shards.of_run`` does (its id's
+    low 16 bits modulo the parameter ``shard_count``): how a spanning statement keys the
+    rows it writes or joins to, row by row. An expression of another row's column (an
+    ``unnest`` row, a CTE's), so it is an index condition of the join, not a filter."""
+    low = (func.get_byte(func.uuid_send(run_id), 14).op("<<")(8)).op("|")(
+        func.get_byte(func.uuid_send(run_id), 15)
+    )
+    return cast(low.op("%")(bindparam(SHARD_COUNT_PARAM, type_=Integer())), SmallInteger())
+
+
+def spanning_params(keys: Sequence[int], count: int) -> dict[str, Any]:
+    """The parameters every spanning statement shares: the keys it covers, the count."""
+    return {SHARDS_PARAM: list(keys), SHARD_COUNT_PARAM: count}
+
+
 FAN_OUT = "/* fan-out across shard keys */"
 
 _Prefixed = TypeVar("_Prefixed", bound=HasPrefixes)

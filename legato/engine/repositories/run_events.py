@@ -18,7 +18,7 @@ from pydantic import JsonValue
 from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import Unnest, shard_param
+from legato.engine.repositories.params import Unnest, run_shard, shard_param
 from legato.schema import RunEvents
 
 
@@ -49,14 +49,15 @@ _NEW_EVENTS = Unnest("new_events", NewEvent, RunEvents)
 
 
 @cache
-def appended() -> Insert:
+def appended(spanning: bool = False) -> Insert:
     """Append events of runs of key ``:shard`` (``decisions.write``, bound by
     :func:`appended_params`): one INSERT over ``unnest`` of array parameters for a
     batch of runs, every row taking the one key (the NOTIFY trigger fires once, and
     sends nothing for no rows). The caller holds each run's row lock and numbers the
     events after the run's last seq, so seqs stay gap-free. Primary key (shard, run_id,
     seq); built once."""
-    return _NEW_EVENTS.insert(shard=shard_param())
+    key = run_shard(_NEW_EVENTS.value("run_id")) if spanning else shard_param()
+    return _NEW_EVENTS.insert(shard=key)
 
 
 def appended_params(shard: int, events: Sequence[NewEvent]) -> dict[str, Any]:

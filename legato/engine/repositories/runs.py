@@ -37,7 +37,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.db.server_check import adopt_installation
 from legato.engine.repositories.notify import schema_of
-from legato.engine.repositories.params import Unnest, fan_out, in_array, shard_param, uuid_array
+from legato.engine.repositories.params import (
+    Unnest,
+    fan_out,
+    in_array,
+    run_shard,
+    shard_param,
+    shards_param,
+    uuid_array,
+)
 from legato.engine.transport.driver import DriverStatements
 from legato.models import RunFilter
 from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards, Tasks
@@ -258,16 +266,20 @@ async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: s
 
 
 @cache
-def _lock_statement() -> Select[*_RunColumns, int]:
+def _lock_statement(spanning: bool) -> Select[*_RunColumns, int]:
     last_seq = (
         select(func.coalesce(func.max(RunEvents.seq), 0))
-        .where(RunEvents.shard == shard_param(), RunEvents.run_id == Runs.id)
+        .where(
+            RunEvents.shard == (Runs.shard if spanning else shard_param()),
+            RunEvents.run_id == Runs.id,
+        )
         .scalar_subquery()
     )
+    key = in_array(Runs.shard, shards_param()) if spanning else Runs.shard == shard_param()
     return (
         _select()
         .add_columns(last_seq)
-        .where(Runs.shard == shard_param(), in_array(Runs.id, uuid_array("run_ids")))
+        .where(key, in_array(Runs.id, uuid_array("run_ids")))
         .order_by(Runs.id)
         # NO KEY UPDATE: inserts of the run's tasks, signals and history (their foreign
         # keys take KEY SHARE on this row) need not wait for the decision.
@@ -283,7 +295,22 @@ async def lock_many(
     transition of a run happens under this lock. Primary keys (shard, id) of the runs'
     partitions; the seq from ``run_events``' primary key (shard, run_id, seq).
     """
-    result = await conn.execute(_lock_statement(), {"run_ids": list(run_ids), "in_shard": shard})
+    result = await conn.execute(
+        _lock_statement(False), {"run_ids": list(run_ids), "in_shard": shard}
+    )
+    return [(_row(row[:13]), row[13]) for row in result]
+
+
+async def lock_many_held(
+    conn: AsyncConnection, keys: Sequence[int], run_ids: Sequence[uuid.UUID]
+) -> list[tuple[RunRow, int]]:
+    """:func:`lock_many` of runs of any of ``keys`` in ONE statement (decider loop of a
+    single-node installation, a batch taken across its held keys): ``shard = ANY``
+    over the batch's keys with the ids, each run's seq read in its own key. The same
+    order and lock; the same primary keys."""
+    result = await conn.execute(
+        _lock_statement(True), {"run_ids": list(run_ids), "in_shards": list(keys)}
+    )
     return [(_row(row[:13]), row[13]) for row in result]
 
 
@@ -307,13 +334,13 @@ _FINISHES = Unnest("finished", Finish, Runs, columns={"run_id": Runs.id})
 
 
 @cache
-def finished() -> Update:
+def finished(spanning: bool = False) -> Update:
     """Move RUNNING runs of key ``:shard`` to their final status (``decisions.write``,
     under the runs' locks, bound by :func:`finished_params`). One UPDATE joined to
     ``unnest`` of array parameters for the batch (built once); primary keys (shard, id)
     of the runs' partitions."""
     return _FINISHES.update(
-        Runs.shard == shard_param(),
+        Runs.shard == (run_shard(_FINISHES.value("run_id")) if spanning else shard_param()),
         in_array(Runs.id, uuid_array("fence_ids")),
         Runs.id == _FINISHES.value("run_id"),
         Runs.status == RunStatus.RUNNING,

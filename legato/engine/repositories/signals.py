@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.params import Unnest, in_array, shard_param, uuid_array
+from legato.engine.repositories.params import Unnest, in_array, run_shard, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Runs, RunStatus, Signals
 from legato.schema.types import JSON_VALUE
@@ -194,13 +194,13 @@ _CONSUMED = Unnest("consumed", Consumption, Signals)
 
 
 @cache
-def consumed() -> Update:
+def consumed(spanning: bool = False) -> Update:
     """Mark signals of key ``:shard`` consumed by the waits that took them
     (``decisions.write``, bound by :func:`consumed_params`). One UPDATE joined to
     ``unnest`` of array parameters for the batch, built once; primary keys (shard,
     run_id, id) of the runs' partitions."""
     return _CONSUMED.update(
-        Signals.shard == shard_param(),
+        Signals.shard == (run_shard(_CONSUMED.value("run_id")) if spanning else shard_param()),
         in_array(Signals.run_id, uuid_array("consumed_run_ids")),
         Signals.run_id == _CONSUMED.value("run_id"),
         Signals.id == _CONSUMED.value("id"),

@@ -4,7 +4,10 @@ A row exists from enqueue until its attempt is reported (or cancelled); the leas
 (owner + expiry) is the only thing that changes in between, and leased rows leave
 the dequeue index. Every statement here works within one shard key (``shard = $k`` on
 ``task_queue`` and on every ``tasks`` / ``runs`` row it joins): a batch over several
-keys is one statement per key, written by the caller.
+keys is one statement per key, written by the caller — but for the ``*_held`` variants
+of a single-node installation, which span the keys a process holds in one statement,
+each row matched in its own run's key (docs/design.md, "The statement layout"). The
+leases after the claim are ``queue_leases``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
+    Delete,
     Insert,
     Integer,
     Interval,
@@ -37,11 +41,14 @@ from sqlalchemy.sql.elements import ColumnElement
 from legato.engine.repositories import concurrency
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
+    SHARD_PARAM,
+    SHARDS_PARAM,
     Unnest,
-    fan_out,
     in_array,
     rows_of,
+    run_shard,
     shard_param,
+    shards_param,
     text_array,
     uuid_array,
 )
@@ -66,7 +73,6 @@ class NewQueueRow(NamedTuple):
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
 
 
-
 async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]) -> None:
     """Make attempts of runs of key ``shard`` claimable: :func:`enqueued` on its own
     (tests and the claims stress bench seed queues with it; a decision runs it inside
@@ -76,19 +82,23 @@ async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]
 
 
 @cache
-def enqueued() -> Insert:
+def enqueued(spanning: bool = False) -> Insert:
     """One INSERT over ``unnest`` of array parameters for a batch of runs of one key
     (the scalar parameter ``shard``, the name every part of ``decisions.write`` shares);
     its statement trigger NOTIFYs the workers once, with the key as payload (even for no
     rows, so a decision that enqueues nothing leaves it out). Built once."""
-    return _NEW_ROWS.insert(shard=shard_param())
+    return _NEW_ROWS.insert(
+        shard=run_shard(_NEW_ROWS.value("run_id")) if spanning else shard_param()
+    )
 
 
 def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
     return {**_NEW_ROWS.bind(rows), "in_shard": shard}
 
 
-def _keyed(shard: int, keys: Sequence[tuple[str, uuid.UUID]]) -> tuple[ColumnElement[bool], ...]:
+def queue_keys(
+    shard: int | None, keys: Sequence[tuple[str, uuid.UUID]]
+) -> tuple[ColumnElement[bool], ...]:
     """Rows of key ``shard`` by (queue, task_id): task ids are unique across queues, and
     the queue names prune the hash partitions; array parameters keep one statement
     shape."""
@@ -121,14 +131,20 @@ class Claimed:
     trace_context: JsonValue  # the run starter's W3C trace context, or None
 
 
-def claim_candidates() -> Select[str, uuid.UUID]:
+def claim_candidates(spanning: bool = False) -> Select[str, uuid.UUID]:
     """The unleased, available rows of one key and queue a claim takes, best first
     (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``); locked by the caller.
+    ``spanning``: of any key in ``in_shards`` instead, oldest first across them.
     ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
+    key = (
+        in_array(TaskQueue.shard, shards_param())
+        if spanning
+        else (TaskQueue.shard == shard_param())
+    )
     return (
         select(TaskQueue.queue, TaskQueue.task_id)
         .where(
-            TaskQueue.shard == shard_param(),
+            key,
             TaskQueue.queue == bindparam("in_queue", type_=Text()),
             in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
@@ -158,21 +174,25 @@ _LeaseReturning = ReturningUpdate[
 
 
 @cache
-def _claim_statement() -> _LeaseReturning:
-    return _lease_statement(locked(claim_candidates(), "candidates"))
+def _claim_statement(spanning: bool) -> _LeaseReturning:
+    candidates = claim_candidates(spanning)
+    if spanning:
+        candidates = candidates.add_columns(TaskQueue.shard)
+    return _lease_statement(locked(candidates, "candidates"), spanning=spanning)
 
 
-def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
+def _lease_statement(chosen: Any, clock: Any = None, spanning: bool = False) -> _LeaseReturning:
     """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) of key ``in_shard`` to
     ``owner`` and mark their attempts RUNNING, returning what the worker needs to run
     them; ``clock`` (the transaction's ``now()`` unless given) stamps the lease and
-    ``started_at``. Each table is filtered by the one key parameter."""
+    ``started_at``. Each table is filtered by the one key parameter, or, ``spanning``,
+    by the key of each chosen row (``chosen.c.shard``)."""
     owner = bindparam("owner", type_=Text())
     clock = func.now() if clock is None else clock
     leased = (
         update(TaskQueue.table)
         .where(
-            TaskQueue.shard == shard_param(),
+            TaskQueue.shard == (chosen.c.shard if spanning else shard_param()),
             TaskQueue.queue == chosen.c.queue,
             TaskQueue.task_id == chosen.c.task_id,
         )
@@ -191,15 +211,16 @@ def _lease_statement(chosen: Any, clock: Any = None) -> _LeaseReturning:
         )
         .cte("leased")
     )
+    key = leased.c.shard if spanning else shard_param()
     return (
         update(Tasks.table)
         .where(
-            Tasks.shard == shard_param(),
+            Tasks.shard == key,
             Tasks.run_id == leased.c.run_id,
             Tasks.id == leased.c.task_id,
             Tasks.attempt == leased.c.attempt,
             Tasks.state == TaskState.QUEUED,
-            Runs.shard == shard_param(),
+            Runs.shard == key,
             Runs.id == Tasks.run_id,
         )
         .values(state=TaskState.RUNNING, started_at=clock, lease_owner=owner)
@@ -243,9 +264,39 @@ async def claim(
     primary keys of ``tasks`` and ``runs``. Built once.
     """
     result = await conn.execute(
-        _claim_statement(),
+        _claim_statement(False),
         {
             "in_shard": shard,
+            "in_queue": queue,
+            "task_names": list(task_names),
+            "owner": owner,
+            "limit": limit,
+            "lease": lease,
+        },
+    )
+    return [Claimed(**row._asdict()) for row in result]
+
+
+async def claim_held(
+    conn: AsyncConnection,
+    keys: Sequence[int],
+    queue: str,
+    task_names: Sequence[str],
+    owner: str,
+    limit: int,
+    lease: timedelta,
+) -> list[Claimed]:
+    """:func:`claim` over every key in ``keys`` in ONE statement (worker loop of a
+    single-node installation, once per dirty queue over its dirty held keys): the best
+    available attempts of any of those keys, highest priority first, then oldest — the
+    one queue before there were keys, fair between keys by age. Each leased row, its
+    task and its run are matched in the row's own key. The same fences and ``SKIP
+    LOCKED``; ``ix_task_queue_dequeue``, one range per key (``shard = ANY``), then the
+    primary keys. Built once."""
+    result = await conn.execute(
+        _claim_statement(True),
+        {
+            "in_shards": list(keys),
             "in_queue": queue,
             "task_names": list(task_names),
             "owner": owner,
@@ -381,31 +432,6 @@ def _hand_off_statement() -> _LeaseReturning:
     return _lease_statement(_given_rows(), func.statement_timestamp())
 
 
-async def extend_leases(
-    conn: AsyncConnection,
-    shard: int,
-    owner: str,
-    keys: Sequence[tuple[str, uuid.UUID]],
-    lease: timedelta,
-) -> set[uuid.UUID]:
-    """Extend the leases of a worker's in-flight attempts of key ``shard``, and the
-    concurrency slots they hold, in one statement (worker's lease keeper, one per key).
-    Returns the task ids still leased by ``owner``: a missing one was cancelled or timed
-    out, and the worker cancels it. Primary key."""
-    if not keys:
-        return set()
-    task_ids = uuid_array("slot_task_ids", [task_id for _, task_id in keys])
-    slots = concurrency.extended(task_ids, bindparam("slot_owner", owner, type_=Text()), lease)
-    result = await conn.execute(
-        update(TaskQueue.table)
-        .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
-        .values(lease_expires_at=func.now() + lease)
-        .returning(TaskQueue.task_id)
-        .add_cte(slots)
-    )
-    return set(result.scalars())
-
-
 async def remove(
     conn: AsyncConnection,
     shard: int,
@@ -417,70 +443,51 @@ async def remove(
     (worker reports, timer loop, sweeper, decider's cancellations; one statement per
     key); with ``unleased``, only rows no worker holds (which hold no slot). Primary
     key."""
-    if not keys:
-        return
-    statement = delete(TaskQueue.table).where(*_keyed(shard, keys))
-    if unleased:
-        statement = statement.where(TaskQueue.lease_expires_at.is_(None))
-    else:
-        statement = statement.add_cte(concurrency.freed(_slot_holders(keys)))
-    await conn.execute(statement)
+    if keys:
+        await conn.execute(_removal(False, unleased), {SHARD_PARAM: shard, **_removed(keys)})
 
 
-def _slot_holders(keys: Sequence[tuple[str, uuid.UUID]]) -> Any:
-    return uuid_array("slot_task_ids", [task_id for _, task_id in keys])
-
-
-async def release(
-    conn: AsyncConnection, shard: int, owner: str, keys: Sequence[tuple[str, uuid.UUID]]
+async def remove_held(
+    conn: AsyncConnection,
+    keys: Sequence[tuple[int, str, uuid.UUID]],
+    *,
+    unleased: bool = False,
 ) -> None:
-    """Drop ``owner``'s leases of key ``shard``, and free their concurrency slots, so
-    another worker claims the attempts at once (worker graceful shutdown, one statement
-    per key). Primary key."""
+    """:func:`remove` of rows of any key, given as (shard, queue, task_id), in ONE
+    statement (report flushes of a single-node installation): each row matched in its
+    own key (``shard = ANY`` over the flush's keys with the queues and task ids). Primary
+    key."""
     if keys:
         await conn.execute(
-            update(TaskQueue.table)
-            .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
-            .values(lease_owner=None, lease_expires_at=None)
-            .add_cte(concurrency.freed(_slot_holders(keys)))
+            _removal(True, unleased),
+            {
+                SHARDS_PARAM: sorted({shard for shard, _, _ in keys}),
+                **_removed([(queue, task_id) for _, queue, task_id in keys]),
+            },
         )
 
 
-@dataclass(frozen=True)
-class Expired:
-    queue: str
-    task_id: uuid.UUID
-    run_id: uuid.UUID
-    attempt: int
+def _removed(keys: Sequence[tuple[str, uuid.UUID]]) -> dict[str, Any]:
+    task_ids = [task_id for _, task_id in keys]
+    return {
+        "queues": sorted({queue for queue, _ in keys}),
+        "task_ids": task_ids,
+        "slot_task_ids": task_ids,
+    }
 
 
-async def expired(conn: AsyncConnection, shard: int, limit: int) -> list[Expired]:
-    """Leased rows of key ``shard`` whose lease has expired (lease sweeper, per held
-    key): their worker is gone.
-
-    Not locked here: the sweeper's report takes the run's decide row first (one lock
-    order everywhere), and a second sweeper's report of the same row is fenced out.
-    Served by the partial index ``ix_task_queue_leased`` (shard, lease_expires_at).
-    """
-    result = await conn.execute(
-        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
-        .where(
-            TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
-            TaskQueue.lease_expires_at.is_not(None),
-            TaskQueue.lease_expires_at < func.now(),
-        )
-        .order_by(TaskQueue.lease_expires_at)
-        .limit(limit)
+@cache
+def _removal(spanning: bool, unleased: bool) -> Delete:
+    """The statement of :func:`remove` (one key) or :func:`remove_held` (the keys given),
+    built once: every value is a parameter, so a flush costs no statement building."""
+    key = (
+        in_array(TaskQueue.shard, shards_param()) if spanning else TaskQueue.shard == shard_param()
     )
-    return [Expired(*row) for row in result]
-
-
-async def leased_by(conn: AsyncConnection, owner: str) -> int:
-    """Fan-out across shard keys: how many rows ``owner`` still leases, in every key
-    (tests of graceful shutdown, ``legato`` status; never on a hot path)."""
-    result = await conn.execute(
-        fan_out(
-            select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
-        )
+    statement = delete(TaskQueue.table).where(
+        key,
+        in_array(TaskQueue.queue, text_array("queues")),
+        in_array(TaskQueue.task_id, uuid_array("task_ids")),
     )
-    return int(result.scalar_one())
+    if unleased:
+        return statement.where(TaskQueue.lease_expires_at.is_(None))
+    return statement.add_cte(concurrency.freed(uuid_array("slot_task_ids")))

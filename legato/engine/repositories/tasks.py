@@ -36,11 +36,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from legato.engine.repositories.params import (
+    SHARD_COUNT_PARAM,
     SHARD_PARAM,
+    SHARDS_PARAM,
     Unnest,
     fan_out,
     in_array,
+    run_shard,
     shard_param,
+    shards_param,
     text_array,
     uuid_array,
 )
@@ -147,8 +151,25 @@ async def snapshots(
     ``ix_signals_pending`` (shard, run_id, id) in the runs' partitions; built once.
     """
     result = await conn.execute(
-        _snapshot_statement(), {SHARD_PARAM: shard, "run_ids": list(run_ids)}
+        _snapshot_statement(False), {SHARD_PARAM: shard, "run_ids": list(run_ids)}
     )
+    return _grouped(run_ids, result)
+
+
+async def snapshots_held(
+    conn: AsyncConnection, keys: Sequence[int], run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]]:
+    """:func:`snapshots` of locked runs of any of ``keys`` in ONE read (decider loop of a
+    single-node installation): ``shard = ANY`` over the batch's keys; the same indexes."""
+    result = await conn.execute(
+        _snapshot_statement(True), {SHARDS_PARAM: list(keys), "run_ids": list(run_ids)}
+    )
+    return _grouped(run_ids, result)
+
+
+def _grouped(
+    run_ids: Sequence[uuid.UUID], result: Any
+) -> dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]]:
     grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
         run_id: ([], []) for run_id in run_ids
     }
@@ -162,10 +183,14 @@ async def snapshots(
 
 
 @cache
-def _snapshot_statement() -> Any:
+def _snapshot_statement(spanning: bool) -> Any:
     run_ids = uuid_array("run_ids")
+
+    def key(column: Any) -> Any:
+        return in_array(column, shards_param()) if spanning else column == shard_param()
+
     attempts = select(Tasks.run_id, literal_column("0", Integer()), *TASK_ROW_COLUMNS).where(
-        Tasks.shard == shard_param(), in_array(Tasks.run_id, run_ids)
+        key(Tasks.shard), in_array(Tasks.run_id, run_ids)
     )
     pending = select(
         Signals.run_id,
@@ -182,7 +207,7 @@ def _snapshot_statement() -> Any:
         null(),  # finished_at
         false(),  # cached
     ).where(
-        Signals.shard == shard_param(),
+        key(Signals.shard),
         in_array(Signals.run_id, run_ids),
         Signals.consumed_at.is_(None),
     )
@@ -219,7 +244,7 @@ _NEW_TASKS = Unnest("new_tasks", NewTask, Tasks)
 
 
 @cache
-def inserted() -> Insert:
+def inserted(spanning: bool = False) -> Insert:
     """Insert the attempts a batch of decisions created in key ``:shard``
     (``decisions.write``, bound by :func:`inserted_params`): one INSERT over ``unnest``
     of array parameters, every row taking the one key; built once.
@@ -227,7 +252,8 @@ def inserted() -> Insert:
     A duplicate (run, node, iteration, attempt) violates the unique index and aborts
     the decision: the decider never creates an attempt twice.
     """
-    return _NEW_TASKS.insert(shard=shard_param())
+    key = run_shard(_NEW_TASKS.value("run_id")) if spanning else shard_param()
+    return _NEW_TASKS.insert(shard=key)
 
 
 def inserted_params(shard: int, rows: Sequence[NewTask]) -> dict[str, Any]:
@@ -271,13 +297,33 @@ async def transition_many(
     (shard, run_id, id) of the runs' partitions.
     """
     applied: dict[uuid.UUID, str | None] = {}
-    by_source: dict[frozenset[TaskState], list[Transition]] = {}
-    for move in moves:
-        by_source.setdefault(frozenset(move.from_states), []).append(move)
-    for sources, group in by_source.items():
+    for sources, group in _by_source(moves).items():
         result = await conn.execute(moved(), moved_params(shard, group, sources))
         applied.update(result.all())
     return applied
+
+
+async def transition_many_held(
+    conn: AsyncConnection, count: int, moves: Sequence[Transition]
+) -> dict[uuid.UUID, str | None]:
+    """:func:`transition_many` of attempts of runs of any key, in ONE statement per set of
+    source states (report flushes of a single-node installation: worker, timer loop,
+    lease sweeper; ``count`` is the installation's key count): each row is matched in
+    its run's key, computed from its run id (``params.run_shard``), so the primary key
+    (shard, run_id, id) serves each row as in :func:`transition_many`."""
+    applied: dict[uuid.UUID, str | None] = {}
+    for sources, group in _by_source(moves).items():
+        params = {**_moves_params(group, sources), SHARD_COUNT_PARAM: count}
+        result = await conn.execute(moved(True), params)
+        applied.update(result.all())
+    return applied
+
+
+def _by_source(moves: Sequence[Transition]) -> dict[frozenset[TaskState], list[Transition]]:
+    by_source: dict[frozenset[TaskState], list[Transition]] = {}
+    for move in moves:
+        by_source.setdefault(frozenset(move.from_states), []).append(move)
+    return by_source
 
 
 def moved_params(
@@ -285,21 +331,25 @@ def moved_params(
 ) -> dict[str, Any]:
     """The parameters of :func:`moved` for ``moves`` of key ``shard`` that all leave one
     of ``sources``."""
+    return {**_moves_params(moves, sources), SHARD_PARAM: shard}
+
+
+def _moves_params(moves: Sequence[Transition], sources: Collection[TaskState]) -> dict[str, Any]:
     return {
         **_MOVES.bind(moves),
-        SHARD_PARAM: shard,
         "fence_run_ids": sorted({m.run_id for m in moves}),
         "sources": sorted(sources),
     }
 
 
 @cache
-def moved() -> ReturningUpdate[uuid.UUID, str]:
+def moved(spanning: bool = False) -> ReturningUpdate[uuid.UUID, str]:
     """:func:`transition_many`'s fenced UPDATE, returning each applied move's task id and
-    queue (also a CTE of ``decisions.write``)."""
+    queue (also a CTE of ``decisions.write``); ``spanning``: each row in its run's key
+    (:func:`transition_many_held`), else every row in key ``:in_shard``."""
     attempt = _MOVES.value("attempt")
     return _MOVES.update(
-        Tasks.shard == shard_param(),
+        Tasks.shard == (run_shard(_MOVES.value("run_id")) if spanning else shard_param()),
         in_array(Tasks.run_id, uuid_array("fence_run_ids")),
         Tasks.run_id == _MOVES.value("run_id"),
         Tasks.id == _MOVES.value("task_id"),
@@ -312,7 +362,7 @@ def moved() -> ReturningUpdate[uuid.UUID, str]:
 
 
 @cache
-def marked_observed() -> Update:
+def marked_observed(spanning: bool = False) -> Update:
     """Record that the decider has written these terminal rows' history
     (``decisions.write``, bound by :func:`marked_observed_params`). One UPDATE for the
     batch, within key ``:shard``; primary keys (shard, run_id, id) of the runs'
@@ -320,7 +370,7 @@ def marked_observed() -> Update:
     return (
         update(Tasks.table)
         .where(
-            Tasks.shard == shard_param(),
+            in_array(Tasks.shard, shards_param()) if spanning else Tasks.shard == shard_param(),
             in_array(Tasks.run_id, uuid_array("observed_run_ids")),
             # Task ids are unique across runs; the run ids prune partitions.
             in_array(Tasks.id, uuid_array("observed_task_ids")),

@@ -5,7 +5,8 @@ partitions' horizon, and a timer that fires before it is due is simply re-armed,
 so arbitrarily long sleeps need neither a DEFAULT partition nor years of partitions.
 
 A timer lives in its run's shard key (the parameter ``shard``, first in the primary key
-(shard, fire_at, id)): the timer loop takes due timers one key at a time.
+(shard, fire_at, id)): the timer loop takes due timers one key at a time (distributed
+layout) or across its held keys in one take (one PostgreSQL).
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories.claims import locked
-from legato.engine.repositories.params import SHARD_PARAM, Unnest, shard_param
+from legato.engine.repositories.params import (
+    SHARD_PARAM,
+    SHARDS_PARAM,
+    Unnest,
+    in_array,
+    run_shard,
+    shard_param,
+    shards_param,
+)
 from legato.schema import TimerKind, Timers
 
 # The partition maintenance creates timer partitions a week ahead; stay inside them
@@ -68,10 +77,12 @@ async def arm(conn: AsyncConnection, shard: int, timers: Sequence[DueTimer], now
 
 
 @cache
-def armed() -> Insert:
+def armed(spanning: bool = False) -> Insert:
     """:func:`arm`'s INSERT, every row in key ``:shard`` (also a CTE of
     ``decisions.write``)."""
-    return _TIMERS.insert(shard=shard_param())
+    return _TIMERS.insert(
+        shard=run_shard(_TIMERS.value("run_id")) if spanning else shard_param()
+    )
 
 
 def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
@@ -82,12 +93,13 @@ def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[
 
 
 @cache
-def _take_due_statement() -> ReturningDelete[
+def _take_due_statement(spanning: bool) -> ReturningDelete[
     datetime, uuid.UUID, uuid.UUID, uuid.UUID, int, TimerKind, datetime
 ]:
+    key = in_array(Timers.shard, shards_param()) if spanning else Timers.shard == shard_param()
     due = locked(
-        select(Timers.fire_at, Timers.id)
-        .where(Timers.shard == shard_param(), Timers.fire_at <= bindparam("now", type_=_TIME))
+        select(Timers.shard, Timers.fire_at, Timers.id)
+        .where(key, Timers.fire_at <= bindparam("now", type_=_TIME))
         .order_by(Timers.fire_at)
         .limit(bindparam("limit", type_=Integer())),
         "due",
@@ -95,7 +107,9 @@ def _take_due_statement() -> ReturningDelete[
     return (
         delete(Timers.table)
         .where(
-            Timers.shard == shard_param(), Timers.fire_at == due.c.fire_at, Timers.id == due.c.id
+            Timers.shard == (due.c.shard if spanning else shard_param()),
+            Timers.fire_at == due.c.fire_at,
+            Timers.id == due.c.id,
         )
         .returning(
             Timers.fire_at,
@@ -118,6 +132,19 @@ async def take_due(conn: AsyncConnection, shard: int, limit: int, now: datetime)
     key ``(shard, fire_at, id)`` (pruned to today's and earlier partitions). Built once.
     """
     result = await conn.execute(
-        _take_due_statement(), {SHARD_PARAM: shard, "limit": limit, "now": now}
+        _take_due_statement(False), {SHARD_PARAM: shard, "limit": limit, "now": now}
+    )
+    return [DueTimer(*row) for row in result]
+
+
+async def take_due_held(
+    conn: AsyncConnection, keys: Sequence[int], limit: int, now: datetime
+) -> list[DueTimer]:
+    """:func:`take_due` over every key in ``keys`` in ONE statement (timer loop of a
+    single-node installation, one take per round over its held keys), oldest first
+    across them; the same locks. The primary key (shard, fire_at, id), one range per key
+    (``shard = ANY``)."""
+    result = await conn.execute(
+        _take_due_statement(True), {SHARDS_PARAM: list(keys), "limit": limit, "now": now}
     )
     return [DueTimer(*row) for row in result]

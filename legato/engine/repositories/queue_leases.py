@@ -1,0 +1,122 @@
+"""``task_queue`` after the claim: the leases of claimed attempts kept alive, given back
+and found expired, and what a worker still holds.
+
+Like ``task_queue``'s, every statement here works within one shard key, but for the
+marked spanning read of a single-node installation (``expired_held``) and the marked
+fan-out (``leased_by``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import SmallInteger, Text, bindparam, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.repositories import concurrency
+from legato.engine.repositories.params import fan_out, in_array, shards_param, uuid_array
+from legato.engine.repositories.task_queue import queue_keys
+from legato.schema import TaskQueue
+
+
+async def extend_leases(
+    conn: AsyncConnection,
+    shard: int,
+    owner: str,
+    keys: Sequence[tuple[str, uuid.UUID]],
+    lease: timedelta,
+) -> set[uuid.UUID]:
+    """Extend the leases of a worker's in-flight attempts of key ``shard``, and the
+    concurrency slots they hold, in one statement (worker's lease keeper, one per key).
+    Returns the task ids still leased by ``owner``: a missing one was cancelled or timed
+    out, and the worker cancels it. Primary key."""
+    if not keys:
+        return set()
+    task_ids = uuid_array("slot_task_ids", [task_id for _, task_id in keys])
+    slots = concurrency.extended(task_ids, bindparam("slot_owner", owner, type_=Text()), lease)
+    result = await conn.execute(
+        update(TaskQueue.table)
+        .where(*queue_keys(shard, keys), TaskQueue.lease_owner == owner)
+        .values(lease_expires_at=func.now() + lease)
+        .returning(TaskQueue.task_id)
+        .add_cte(slots)
+    )
+    return set(result.scalars())
+
+
+async def release(
+    conn: AsyncConnection, shard: int, owner: str, keys: Sequence[tuple[str, uuid.UUID]]
+) -> None:
+    """Drop ``owner``'s leases of key ``shard``, and free their concurrency slots, so
+    another worker claims the attempts at once (worker graceful shutdown, one statement
+    per key). Primary key."""
+    if keys:
+        await conn.execute(
+            update(TaskQueue.table)
+            .where(*queue_keys(shard, keys), TaskQueue.lease_owner == owner)
+            .values(lease_owner=None, lease_expires_at=None)
+            .add_cte(
+                concurrency.freed(uuid_array("slot_task_ids", [task_id for _, task_id in keys]))
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Expired:
+    queue: str
+    task_id: uuid.UUID
+    run_id: uuid.UUID
+    attempt: int
+
+
+async def expired(conn: AsyncConnection, shard: int, limit: int) -> list[Expired]:
+    """Leased rows of key ``shard`` whose lease has expired (lease sweeper, per held
+    key): their worker is gone.
+
+    Not locked here: the sweeper's report takes the run's decide row first (one lock
+    order everywhere), and a second sweeper's report of the same row is fenced out.
+    Served by the partial index ``ix_task_queue_leased`` (shard, lease_expires_at).
+    """
+    result = await conn.execute(
+        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
+        .where(
+            TaskQueue.shard == bindparam("in_shard", shard, type_=SmallInteger()),
+            TaskQueue.lease_expires_at.is_not(None),
+            TaskQueue.lease_expires_at < func.now(),
+        )
+        .order_by(TaskQueue.lease_expires_at)
+        .limit(limit)
+    )
+    return [Expired(*row) for row in result]
+
+
+async def expired_held(conn: AsyncConnection, keys: Sequence[int], limit: int) -> list[Expired]:
+    """:func:`expired` over every key in ``keys`` in ONE statement (lease sweeper of a
+    single-node installation, one read per round over its held keys), oldest lease
+    first. ``ix_task_queue_leased`` (shard, lease_expires_at), one range per key."""
+    result = await conn.execute(
+        select(TaskQueue.queue, TaskQueue.task_id, TaskQueue.run_id, TaskQueue.attempt)
+        .where(
+            in_array(TaskQueue.shard, shards_param()),
+            TaskQueue.lease_expires_at.is_not(None),
+            TaskQueue.lease_expires_at < func.now(),
+        )
+        .order_by(TaskQueue.lease_expires_at)
+        .limit(limit),
+        {"in_shards": list(keys)},
+    )
+    return [Expired(*row) for row in result]
+
+
+async def leased_by(conn: AsyncConnection, owner: str) -> int:
+    """Fan-out across shard keys: how many rows ``owner`` still leases, in every key
+    (tests of graceful shutdown, ``legato`` status; never on a hot path)."""
+    result = await conn.execute(
+        fan_out(
+            select(func.count()).select_from(TaskQueue.table).where(TaskQueue.lease_owner == owner)
+        )
+    )
+    return int(result.scalar_one())
