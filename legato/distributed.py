@@ -34,6 +34,7 @@ from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.errors import ConfigurationError
+from legato.schema.layout import mark_routed
 
 # Distributed by ``shard``, co-located with the first (the others reference it).
 RUN_TABLES = (
@@ -306,8 +307,10 @@ def _per_transaction() -> Callable[[Connection], None]:
 async def adopt_sessions(conn: AsyncConnection, per_transaction: bool) -> None:
     """Give every session of ``conn``'s engine ``DISTRIBUTED_SESSION_SETTINGS``, from now
     on and on ``conn`` itself: once per pooled connection, or at each transaction's start
-    behind a transaction pooler (``per_transaction``). Called by
+    behind a transaction pooler (``per_transaction``); and mark the engine's
+    connections to take the routed statements (``legato.schema.layout``). Called by
     ``legato.db.adopt_installation`` when the installation is distributed."""
+    mark_routed(conn.engine)
     engine = conn.engine.sync_engine
     if per_transaction:
         if not event.contains(engine, "begin", _per_transaction()):

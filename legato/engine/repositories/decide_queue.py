@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
+from legato.engine.repositories import routed as routed_statements
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     SHARD_PARAM,
@@ -40,6 +41,7 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import DecideQueue, Runs
+from legato.schema.layout import routed
 
 
 async def enqueue(
@@ -68,7 +70,11 @@ async def enqueue(
         params: dict[str, object] = {SHARD_PARAM: shard, "run_ids": ordered, "reason": reason}
         if available_at is not None:
             params["available_at"] = available_at
-        await conn.execute(_enqueue_statement(available_at is not None), params)
+        timed = available_at is not None
+        if routed(conn):
+            await conn.execute(routed_statements.enqueue_statement(timed), params)
+        else:
+            await conn.execute(_enqueue_statement(timed), params)
 
 
 @cache

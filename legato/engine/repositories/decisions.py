@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import (
     outbox,
+    routed,
     run_events,
     runs,
     signals,
@@ -33,6 +34,7 @@ from legato.engine.repositories import (
     timers,
 )
 from legato.schema.enums import ACTIVE_TASK_STATES
+from legato.schema.layout import routed as routes
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
         params.update(task_queue.enqueued_params(shard, writes.enqueues))
     if writes.lifecycle:
         params.update(outbox.published_params(shard, writes.lifecycle))
+    if routes(conn):
+        if writes.lifecycle:
+            await outbox.publish(conn, shard, writes.lifecycle)
+        return await routed.write_decisions(conn, _routed_parts(writes), tasks.moved(), params)
     statement = _statement(bool(writes.enqueues), bool(writes.lifecycle))
     result = await conn.execute(statement, params)
     return set(result.scalars())
@@ -99,3 +105,19 @@ def _statement(enqueues: bool, publishes: bool) -> Select[uuid.UUID]:
     if publishes:
         parts.append(outbox.published())
     return select(moved.c.id).add_cte(*parts)
+
+
+def _routed_parts(writes: Writes) -> list[tuple[Any, bool]]:
+    """The parts of ``_statement`` as statements of their own for a distributed install
+    (``routed.write_decisions``), each with whether it has rows: the inserts joined to
+    their runs (``routed.anchored``), in foreign-key order; the outbox's part is
+    ``outbox.publish``, before them."""
+    return [
+        (tasks.inserted_routed(), bool(writes.creates)),
+        (timers.armed_routed(), bool(writes.timers)),
+        (signals.consumed(), bool(writes.consumed)),
+        (tasks.marked_observed(), bool(writes.observed)),
+        (run_events.appended_routed(), bool(writes.events)),
+        (runs.finished(), bool(writes.finishes)),
+        (task_queue.enqueued_routed(), bool(writes.enqueues)),
+    ]

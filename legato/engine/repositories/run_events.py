@@ -16,6 +16,7 @@ from pydantic import JsonValue
 from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories import routed
 from legato.engine.repositories.params import Unnest, shard_param
 from legato.schema import RunEvents
 
@@ -55,6 +56,14 @@ def appended() -> Insert:
     events after the run's last seq, so seqs stay gap-free. Primary key (shard, run_id,
     seq); built once."""
     return _NEW_EVENTS.insert(shard=shard_param())
+
+
+@cache
+def appended_routed() -> Insert:
+    """:func:`appended` on a distributed install (``routed.anchored``: the events joined to
+    their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`appended_params`."""
+    return routed.anchored(_NEW_EVENTS)
 
 
 def appended_params(shard: int, events: Sequence[NewEvent]) -> dict[str, Any]:

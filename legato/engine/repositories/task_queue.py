@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
-from legato.engine.repositories import concurrency
+from legato.engine.repositories import concurrency, routed
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     Unnest,
@@ -46,6 +46,7 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
+from legato.schema.layout import routed as routes
 
 
 class NewQueueRow(NamedTuple):
@@ -82,6 +83,14 @@ def enqueued() -> Insert:
     its statement trigger NOTIFYs the workers once, with the key as payload (even for no
     rows, so a decision that enqueues nothing leaves it out). Built once."""
     return _NEW_ROWS.insert(shard=shard_param())
+
+
+@cache
+def enqueued_routed() -> Insert:
+    """:func:`enqueued` on a distributed install (``routed.anchored``: the queue rows
+    joined to their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`enqueued_params`."""
+    return routed.anchored(_NEW_ROWS)
 
 
 def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
@@ -422,6 +431,8 @@ async def remove(
     statement = delete(TaskQueue.table).where(*_keyed(shard, keys))
     if unleased:
         statement = statement.where(TaskQueue.lease_expires_at.is_(None))
+    elif routes(conn):  # the slots (on the coordinator) by a statement of their own
+        await concurrency.free(conn, _slot_holders(keys))
     else:
         statement = statement.add_cte(concurrency.freed(_slot_holders(keys)))
     await conn.execute(statement)
@@ -438,12 +449,16 @@ async def release(
     another worker claims the attempts at once (worker graceful shutdown, one statement
     per key). Primary key."""
     if keys:
-        await conn.execute(
+        statement = (
             update(TaskQueue.table)
             .where(*_keyed(shard, keys), TaskQueue.lease_owner == owner)
             .values(lease_owner=None, lease_expires_at=None)
-            .add_cte(concurrency.freed(_slot_holders(keys)))
         )
+        if routes(conn):  # the slots (on the coordinator) by a statement of their own
+            await concurrency.free(conn, _slot_holders(keys))
+        else:
+            statement = statement.add_cte(concurrency.freed(_slot_holders(keys)))
+        await conn.execute(statement)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
+from legato.engine.repositories import routed
 from legato.engine.repositories.params import (
     SHARD_PARAM,
     Unnest,
@@ -228,6 +229,14 @@ def inserted() -> Insert:
     the decision: the decider never creates an attempt twice.
     """
     return _NEW_TASKS.insert(shard=shard_param())
+
+
+@cache
+def inserted_routed() -> Insert:
+    """:func:`inserted` on a distributed install (``routed.anchored``: the tasks joined to
+    their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`inserted_params`."""
+    return routed.anchored(_NEW_TASKS)
 
 
 def inserted_params(shard: int, rows: Sequence[NewTask]) -> dict[str, Any]:
