@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -23,6 +23,7 @@ from pydantic import JsonValue
 from sqlalchemy import (
     CTE,
     BigInteger,
+    DateTime,
     Float,
     Insert,
     Integer,
@@ -310,12 +311,14 @@ async def failed(conn: AsyncConnection, shard: int, failures: Sequence[Failure])
     key): each row is due again after its back-off, or dead-lettered when its budget is
     spent. Fenced by the claim's attempt count, so the report of a relay whose lease ran
     out (and whose row was claimed again) changes nothing. One ``UPDATE ... FROM
-    unnest`` by primary key."""
+    unnest`` by primary key. The time is the relay's clock, a parameter: Citus refuses
+    ``now()`` inside a CASE of an UPDATE of a distributed table."""
     if failures:
         await conn.execute(
             _failed_statement(),
             {
                 "in_shard": shard,
+                "now": datetime.now(UTC),
                 "failed_ids": [f.id for f in failures],
                 "claimed_attempts": [f.attempts for f in failures],
                 "errors": [f.error for f in failures],
@@ -335,6 +338,7 @@ def _failed_statement() -> Any:
         error=text_array("errors"),
         delay=bindparam("delays", type_=ARRAY(Float())),
     )
+    now = bindparam("now", type_=DateTime(timezone=True))
     return (
         update(Outbox.table)
         .where(
@@ -347,9 +351,9 @@ def _failed_statement() -> Any:
             last_error=given.c.error,
             next_attempt_at=case(
                 (given.c.delay.is_(None), Outbox.next_attempt_at),
-                else_=func.now() + given.c.delay * literal_column("interval '1 second'"),
+                else_=now + given.c.delay * literal_column("interval '1 second'"),
             ),
-            dead_lettered_at=case((given.c.delay.is_(None), func.now()), else_=null()),
+            dead_lettered_at=case((given.c.delay.is_(None), now), else_=null()),
         )
     )
 
