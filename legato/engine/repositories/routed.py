@@ -29,6 +29,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Insert,
+    Select,
     Text,
     Uuid,
     bindparam,
@@ -44,8 +45,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories.notify import decide_channel
 from legato.engine.repositories.params import SHARD_PARAM, Unnest, in_array, shard_param, uuid_array
-from legato.schema import DecideQueue, RunEvents, Runs, RunStatus, Signals
+from legato.engine.transport.driver import DriverStatements
+from legato.schema import SCHEMA_PLACEHOLDER, DecideQueue, RunEvents, Runs, RunStatus, Signals
 from legato.schema.types import uuid7
 
 
@@ -234,3 +237,25 @@ async def write_decisions(
             await conn.execute(statement, params)
     result = await conn.execute(moved, params)
     return set(result.scalars())
+
+
+# --- wake-ups after commit ------------------------------------------------------------
+
+
+async def wake_deciders(driver: DriverStatements, shard: int) -> None:
+    """NOTIFY the deciders that key ``shard`` has new work, from a coordinator session
+    of its own after the write committed (``runs.start_one``, ``signals.send_now`` on a
+    distributed install): the queue triggers that NOTIFY on one PostgreSQL are not
+    installed there, and a NOTIFY inside the write's transaction would stop it from
+    committing two-phase. One autocommit statement that touches no table; lost only if
+    the process dies between the two, when the deciders' poll finds the work."""
+    translate = driver.engine.get_execution_options().get("schema_translate_map") or {}
+    schema = str(translate.get(SCHEMA_PLACEHOLDER, SCHEMA_PLACEHOLDER))
+    await driver.execute(_wake_statement(), {"channel": decide_channel(schema), "key": str(shard)})
+
+
+@cache
+def _wake_statement() -> Select[Any]:
+    return select(
+        func.pg_notify(bindparam("channel", type_=Text()), bindparam("key", type_=Text()))
+    )
