@@ -12,9 +12,10 @@ coordinator (detected, or asked for with ``--distributed``), ``distribute``:
   (a copy on every node); the rest (``COORDINATOR_TABLES``) stay on the coordinator,
   added to Citus' metadata so a transaction that writes one of them and a worker
   commits both or neither (two-phase commit);
-- the queue NOTIFY triggers are dropped (Citus runs no trigger of a distributed table on
-  the coordinator, and a NOTIFY cannot take part in two-phase commit): the loops poll,
-  and the writers' sessions on the coordinator send the wake-ups after commit;
+- the queue NOTIFY triggers are dropped (Citus would run them on the nodes, inside
+  transactions it then cannot PREPARE): the routed statements send the same NOTIFYs from
+  the coordinator's session inside their transaction
+  (``legato.engine.repositories.routed.wake``), and the loops still poll as a fallback;
 - partition maintenance and retention run with ``citus.multi_shard_modify_mode =
   sequential`` (Citus creates and drops a partition's shards one connection per node).
 

@@ -18,7 +18,7 @@ from legato.client.base import plain_json, schema_explained
 from legato.client.reads import RunReads
 from legato.debounce import Debounce
 from legato.engine.debounced_start import start_debounced
-from legato.engine.repositories import definitions, idempotency_keys, partitions, routed, runs
+from legato.engine.repositories import definitions, idempotency_keys, partitions, runs
 from legato.errors import (
     InvalidArgument,
     InvalidInput,
@@ -31,7 +31,6 @@ from legato.flow import InputValidationError, Workflow, WorkflowDefinition
 from legato.handle import RunHandle
 from legato.limits import check_idempotency_key, check_name
 from legato.observability import tracing
-from legato.schema.layout import routed_engine
 from legato.starting import start_connection
 
 In = TypeVar("In")
@@ -144,8 +143,6 @@ class StartingRuns(RunReads):
                 if existing is not None:
                     return RunHandle(self, existing, _typed(workflow))
             await self._start(conn, shard, [replace(new, workflow_version=version)])
-        if connection is None:
-            await self._wake([shard])
         if own is not None and connection is None:
             self._versions.remember(own, version)
         return RunHandle(self, new_id, _typed(workflow))
@@ -260,16 +257,8 @@ class StartingRuns(RunReads):
                     ],
                 )
         if connection is None:
-            await self._wake(sorted(by_shard))
             self._versions.remember(workflow, version)
         return [RunHandle(self, run_id, workflow) for run_id in ids]
-
-    async def _wake(self, shards: list[int]) -> None:
-        """On a distributed install, the deciders' wake-up for ``shards`` after the start
-        committed (``routed.wake_deciders``); on one PostgreSQL the queue trigger sent it."""
-        if routed_engine(self.engine):
-            for shard in shards:
-                await routed.wake_deciders(self._driver, shard)
 
     async def _start(self, conn: AsyncConnection, shard: int, new_runs: list[runs.NewRun]) -> None:
         await runs.start_runs(conn, shard, new_runs, "started")

@@ -33,6 +33,7 @@ from sqlalchemy.sql.dml import ReturningDelete
 
 from legato.engine.repositories import routed as routed_statements
 from legato.engine.repositories.claims import locked
+from legato.engine.repositories.notify import decide_channel
 from legato.engine.repositories.params import (
     SHARD_PARAM,
     fan_out,
@@ -73,6 +74,7 @@ async def enqueue(
         timed = available_at is not None
         if routed(conn):
             await conn.execute(routed_statements.enqueue_statement(timed), params)
+            await routed_statements.wake(conn, decide_channel, [str(shard)])
         else:
             await conn.execute(_enqueue_statement(timed), params)
 

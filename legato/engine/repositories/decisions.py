@@ -83,7 +83,17 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
     if routes(conn):
         if writes.lifecycle:
             await outbox.publish(conn, shard, writes.lifecycle)
-        return await routed.write_decisions(conn, _routed_parts(writes), tasks.moved(), params)
+        last: dict[uuid.UUID, int] = {}
+        for event in writes.events:
+            last[event.run_id] = max(last.get(event.run_id, 0), event.seq)
+        return await routed.write_decisions(
+            conn,
+            _routed_parts(writes),
+            tasks.moved(),
+            params,
+            enqueued=bool(writes.enqueues),
+            history=[f"{run_id}:{seq}" for run_id, seq in sorted(last.items())],
+        )
     statement = _statement(bool(writes.enqueues), bool(writes.lifecycle))
     result = await conn.execute(statement, params)
     return set(result.scalars())

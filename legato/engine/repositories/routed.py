@@ -20,7 +20,7 @@ the function's docstring names its caller and its index.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -41,14 +41,25 @@ from sqlalchemy import (
     literal_column,
     select,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories.notify import decide_channel
-from legato.engine.repositories.params import SHARD_PARAM, Unnest, in_array, shard_param, uuid_array
-from legato.engine.transport.driver import DriverStatements
-from legato.schema import SCHEMA_PLACEHOLDER, DecideQueue, RunEvents, Runs, RunStatus, Signals
+from legato.engine.repositories.notify import (
+    decide_channel,
+    events_channel,
+    schema_of,
+    tasks_channel,
+)
+from legato.engine.repositories.params import (
+    SHARD_PARAM,
+    Unnest,
+    in_array,
+    rows_of,
+    shard_param,
+    uuid_array,
+)
+from legato.schema import DecideQueue, RunEvents, Runs, RunStatus, Signals
 from legato.schema.types import uuid7
 
 
@@ -101,6 +112,8 @@ async def start_runs(
         await conn.execute(_first_decisions(False), keyed)
     else:
         await conn.execute(_first_decisions(True), {**keyed, "now": scheduled_now})
+    await wake(conn, events_channel, [f"{run_id}:1" for run_id in ids])
+    await wake(conn, decide_channel, [str(shard)])
 
 
 @cache
@@ -186,6 +199,7 @@ async def send_signal(conn: AsyncConnection, params: dict[str, Any]) -> bool:
     if added.rowcount == 0:
         return False
     await conn.execute(_signal_decision_statement(), params)
+    await wake(conn, decide_channel, [str(params[SHARD_PARAM])])
     return True
 
 
@@ -227,35 +241,49 @@ def _signal_decision_statement() -> Insert:
 
 
 async def write_decisions(
-    conn: AsyncConnection, parts: Sequence[tuple[Any, bool]], moved: Any, params: dict[str, Any]
+    conn: AsyncConnection,
+    parts: Sequence[tuple[Any, bool]],
+    moved: Any,
+    params: dict[str, Any],
+    *,
+    enqueued: bool,
+    history: Sequence[str],
 ) -> set[uuid.UUID]:
     """``decisions.write`` routed: each part with rows (``(statement, has rows)``, in the
     order the foreign keys need: tasks before their timers and queue rows) one statement,
-    then the fenced moves, whose task ids it returns; in the decider's transaction."""
+    then the fenced moves, whose task ids it returns; in the decider's transaction. With
+    the wake-ups the triggers would send: the workers' when attempts were ``enqueued``,
+    the live tails' for the ``history`` payloads (``<run_id>:<last seq>``)."""
     for statement, has_rows in parts:
         if has_rows:
             await conn.execute(statement, params)
     result = await conn.execute(moved, params)
+    if enqueued:
+        await wake(conn, tasks_channel, [str(params[SHARD_PARAM])])
+    await wake(conn, events_channel, list(history))
     return set(result.scalars())
 
 
-# --- wake-ups after commit ------------------------------------------------------------
+# --- wake-ups ------------------------------------------------------------------------
 
 
-async def wake_deciders(driver: DriverStatements, shard: int) -> None:
-    """NOTIFY the deciders that key ``shard`` has new work, from a coordinator session
-    of its own after the write committed (``runs.start_one``, ``signals.send_now`` on a
-    distributed install): the queue triggers that NOTIFY on one PostgreSQL are not
-    installed there, and a NOTIFY inside the write's transaction would stop it from
-    committing two-phase. One autocommit statement that touches no table; lost only if
-    the process dies between the two, when the deciders' poll finds the work."""
-    translate = driver.engine.get_execution_options().get("schema_translate_map") or {}
-    schema = str(translate.get(SCHEMA_PLACEHOLDER, SCHEMA_PLACEHOLDER))
-    await driver.execute(_wake_statement(), {"channel": decide_channel(schema), "key": str(shard)})
+async def wake(conn: AsyncConnection, channel: Callable[[str], str], payloads: list[str]) -> None:
+    """NOTIFY ``channel`` once per payload from the coordinator's own session, inside the
+    caller's transaction: delivered when it commits, never for a rollback. What the
+    queue and history triggers send on one PostgreSQL; on a distributed install they
+    are not installed (Citus would run them on the nodes, inside transactions it then
+    cannot PREPARE), and a NOTIFY of the coordinator's session does not stop a
+    two-phase commit: the coordinator commits its own transaction, it prepares only the
+    nodes'. One statement that touches no table."""
+    if payloads:
+        await conn.execute(
+            _wake_statement(), {"channel": channel(schema_of(conn)), "payloads": payloads}
+        )
 
 
 @cache
 def _wake_statement() -> Select[Any]:
-    return select(
-        func.pg_notify(bindparam("channel", type_=Text()), bindparam("key", type_=Text()))
+    each = rows_of("wake", payload=bindparam("payloads", type_=ARRAY(Text())))
+    return select(func.pg_notify(bindparam("channel", type_=Text()), each.c.payload)).select_from(
+        each
     )

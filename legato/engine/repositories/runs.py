@@ -258,7 +258,6 @@ async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: s
     if routed_engine(driver.engine):  # several statements: in a transaction of their own
         async with driver.engine.begin() as conn:
             await start_runs(conn, shard, [new], reason)
-        await routed_statements.wake_deciders(driver, shard)
         return
     scheduled = new.scheduled_at is not None
     params = {**_NEW_RUNS.bind_one(new), "reason": reason, "in_shard": shard}

@@ -113,10 +113,7 @@ async def send_now(
     params = _send_params(shard, run_id, name, payload)
     if routed_engine(driver.engine):  # two statements: in a transaction of their own
         async with driver.engine.begin() as conn:
-            sent = await routed_statements.send_signal(conn, params)
-        if sent:
-            await routed_statements.wake_deciders(driver, shard)
-        return sent
+            return await routed_statements.send_signal(conn, params)
     rows = await driver.execute(_send_statement(), params)
     return bool(rows)
 
