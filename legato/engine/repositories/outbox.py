@@ -24,7 +24,6 @@ from sqlalchemy import (
     CTE,
     BigInteger,
     DateTime,
-    Float,
     Insert,
     Integer,
     Interval,
@@ -36,7 +35,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal_column,
     null,
     or_,
     select,
@@ -311,19 +309,22 @@ async def failed(conn: AsyncConnection, shard: int, failures: Sequence[Failure])
     key): each row is due again after its back-off, or dead-lettered when its budget is
     spent. Fenced by the claim's attempt count, so the report of a relay whose lease ran
     out (and whose row was claimed again) changes nothing. One ``UPDATE ... FROM
-    unnest`` by primary key. The time is the relay's clock, a parameter: Citus refuses
-    ``now()`` inside a CASE of an UPDATE of a distributed table."""
+    unnest`` by primary key. The times are the relay's clock, parameters (the next
+    attempt's computed here): Citus allows only immutable expressions inside a CASE of
+    an UPDATE of a distributed table, and neither ``now()`` nor ``timestamptz +
+    interval`` is."""
     if failures:
+        now = datetime.now(UTC)
         await conn.execute(
             _failed_statement(),
             {
                 "in_shard": shard,
-                "now": datetime.now(UTC),
+                "now": now,
                 "failed_ids": [f.id for f in failures],
                 "claimed_attempts": [f.attempts for f in failures],
                 "errors": [f.error for f in failures],
-                "delays": [
-                    None if f.retry_in is None else f.retry_in.total_seconds() for f in failures
+                "next_attempts": [
+                    None if f.retry_in is None else now + f.retry_in for f in failures
                 ],
             },
         )
@@ -336,7 +337,7 @@ def _failed_statement() -> Any:
         id=bindparam("failed_ids", type_=ARRAY(BigInteger())),
         attempts=bindparam("claimed_attempts", type_=ARRAY(Integer())),
         error=text_array("errors"),
-        delay=bindparam("delays", type_=ARRAY(Float())),
+        next_attempt_at=bindparam("next_attempts", type_=ARRAY(DateTime(timezone=True))),
     )
     now = bindparam("now", type_=DateTime(timezone=True))
     return (
@@ -349,11 +350,8 @@ def _failed_statement() -> Any:
         )
         .values(
             last_error=given.c.error,
-            next_attempt_at=case(
-                (given.c.delay.is_(None), Outbox.next_attempt_at),
-                else_=now + given.c.delay * literal_column("interval '1 second'"),
-            ),
-            dead_lettered_at=case((given.c.delay.is_(None), now), else_=null()),
+            next_attempt_at=func.coalesce(given.c.next_attempt_at, Outbox.next_attempt_at),
+            dead_lettered_at=case((given.c.next_attempt_at.is_(None), now), else_=null()),
         )
     )
 
