@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Figure, Server, machine_context, to_json
+from bench.harness import CITUS_KEYS, Figure, Server, machine_context, to_json
 from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
 from legato.db import create_engine
 
@@ -31,6 +31,8 @@ class BenchArgs:
     concurrency: int
     #: "pgbouncer": every engine through a PgBouncer in transaction mode, LISTEN direct.
     pooler: str | None = None
+    #: On a Citus coordinator: "distributed" or "single-node" schemas (harness.Server).
+    citus: str | None = None
 
 
 @dataclass
@@ -45,7 +47,7 @@ async def run(args: BenchArgs) -> int:
     opts = Options(
         size=size, cores=default_cores(), profile_dir=args.profile_dir, concurrency=args.concurrency
     )
-    server = Server(args.database_url, pooler=args.pooler == "pgbouncer")
+    server = Server(args.database_url, pooler=args.pooler == "pgbouncer", citus=args.citus)
     figures: list[Figure] = []
     peers: list[PeerResult] = []
     started = time.perf_counter()
@@ -59,6 +61,8 @@ async def run(args: BenchArgs) -> int:
             await engine.dispose()
         say("machine: " + ", ".join(f"{k}={v}" for k, v in context.items()))
         say(f"size: {args.size}")
+        if args.citus:
+            say(f"citus: {args.citus} schemas of {CITUS_KEYS} keys on the coordinator")
         if args.pooler:
             say(f"pooler: {args.pooler} (pool_mode = transaction), LISTEN direct to the server")
         for name in args.scenarios:
