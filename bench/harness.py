@@ -3,7 +3,8 @@
 One server per run: an embedded PostgreSQL 18 in a temporary directory (durable
 defaults: ``fsync = on``, ``synchronous_commit = on``), or ``--database-url``. Each
 scenario gets a fresh database cloned from a migrated template (or, when the role
-cannot create databases, a fresh schema in the given database). With ``pooler``, a
+cannot create databases, a fresh schema in the given database; on a Citus coordinator
+with ``--citus``, a fresh schema with ``CITUS_KEYS`` keys, distributed or not). With ``pooler``, a
 PgBouncer in transaction mode in front of the server carries every engine's statements
 while LISTEN goes straight to the server (``listen_url``).
 """
@@ -17,7 +18,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -26,10 +27,14 @@ from bench.txcount import LOG_LINE_PREFIX, PROBE_APP, STATEMENT_LOG, LogWindow
 from legato import migrations
 from legato.db import create_engine
 from legato.db.urls import resolve_url
+from legato.distributed import DISTRIBUTED_SESSION_SETTINGS, distribute
 from legato.embedded import LocalPostgres
 from legato.testing.database import running_pgbouncer
 
 SCHEMA = "legato"
+# Keys of a Citus bench schema (``--citus``): each a Citus shard of its own (9 per
+# table), so a scenario's schema is distributed in seconds.
+CITUS_KEYS = 4
 
 #: Server settings of the embedded PostgreSQL: room for the bench's connections and the
 #: million-run history; everything else stays at PostgreSQL's (durable) defaults.
@@ -82,6 +87,9 @@ class Target:
     schema: str
     pooler: str | None = None
     listen_url: str | None = None
+    # A distributed schema: the bench's own engines (probes, seeding) take the session
+    # settings a Legato process adopts there (legato.distributed), as libpq settings.
+    distributed: bool = False
 
     @property
     def direct_url(self) -> str:
@@ -90,6 +98,11 @@ class Target:
 
     def engine(self, **options: Any) -> AsyncEngine:
         """A Legato engine on this database (through the pooler when there is one)."""
+        if self.distributed:
+            connect_args = dict(options.pop("connect_args", {}))
+            settings = dict(connect_args.get("server_settings", {}))
+            connect_args["server_settings"] = {**settings, **DISTRIBUTED_SESSION_SETTINGS}
+            options["connect_args"] = connect_args
         return create_engine(
             self.url, self.schema, pooler=self.pooler, listen_url=self.listen_url, **options
         )
@@ -98,10 +111,16 @@ class Target:
 class Server:
     """The PostgreSQL server of one bench run and the databases made on it."""
 
-    def __init__(self, database_url: str | None, *, pooler: bool = False) -> None:
+    def __init__(
+        self, database_url: str | None, *, pooler: bool = False, citus: str | None = None
+    ) -> None:
         self.local: LocalPostgres | None = None
         self.given = database_url
         self.pooler = pooler
+        # On a Citus coordinator (``--citus``): a schema per scenario in the given
+        # database with CITUS_KEYS keys, "distributed" over the cluster or kept on the
+        # coordinator alone ("single-node"), so the two layouts compare like for like.
+        self.citus = citus
         self._pooler_url: str | None = None
         self._pgbouncer = ExitStack()
         self._template: str | None = None
@@ -121,6 +140,9 @@ class Server:
             except BaseException:
                 await self.stop()
                 raise
+        if self.citus is not None:
+            self.databases = False
+            return
         try:
             await self._admin(f'CREATE DATABASE "lb_{self.run_tag}_tpl"')
             self._template = f"lb_{self.run_tag}_tpl"
@@ -160,9 +182,18 @@ class Server:
         else:
             assert self.given is not None
             target = self._target(self.given, name)
+            if self.citus == "distributed":
+                target = replace(target, distributed=True)
             engine = create_engine(self.given, name)
             try:
-                await migrations.upgrade(engine, name)
+                if self.citus is None:
+                    await migrations.upgrade(engine, name)
+                else:
+                    await migrations.upgrade(engine, name, shard_count=CITUS_KEYS)
+                if self.citus == "distributed":
+                    async with engine.connect() as conn:
+                        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                        await distribute(autocommit, name, CITUS_KEYS)
             finally:
                 await engine.dispose()
         self._made.append(target)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Figure, Server, machine_context, to_json
+from bench.harness import CITUS_KEYS, Figure, Server, machine_context, to_json
 from bench.held_snapshot import scenario_held_snapshot
 from bench.many_clients import scenario_clients
 from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
@@ -45,6 +45,8 @@ class BenchArgs:
     pooler: str | None = None
     #: How long the held-snapshot scenario holds its snapshot (None: its default).
     held_seconds: float | None = None
+    #: On a Citus coordinator: "distributed" or "single-node" schemas (harness.Server).
+    citus: str | None = None
 
 
 @dataclass
@@ -63,7 +65,7 @@ async def run(args: BenchArgs) -> int:
         concurrency=args.concurrency,
         held_seconds=args.held_seconds,
     )
-    server = Server(args.database_url, pooler=args.pooler == "pgbouncer")
+    server = Server(args.database_url, pooler=args.pooler == "pgbouncer", citus=args.citus)
     figures: list[Figure] = []
     peers: list[PeerResult] = []
     started = time.perf_counter()
@@ -77,6 +79,8 @@ async def run(args: BenchArgs) -> int:
             await engine.dispose()
         say("machine: " + ", ".join(f"{k}={v}" for k, v in context.items()))
         say(f"size: {args.size}")
+        if args.citus:
+            say(f"citus: {args.citus} schemas of {CITUS_KEYS} keys on the coordinator")
         if args.pooler:
             say(f"pooler: {args.pooler} (pool_mode = transaction), LISTEN direct to the server")
         for name in args.scenarios:

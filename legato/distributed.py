@@ -12,9 +12,10 @@ coordinator (detected, or asked for with ``--distributed``), ``distribute``:
   (a copy on every node); the rest (``COORDINATOR_TABLES``) stay on the coordinator,
   added to Citus' metadata so a transaction that writes one of them and a worker
   commits both or neither (two-phase commit);
-- the queue NOTIFY triggers are dropped (Citus runs no trigger of a distributed table on
-  the coordinator, and a NOTIFY cannot take part in two-phase commit): the loops poll,
-  and the writers' sessions on the coordinator send the wake-ups after commit;
+- the queue NOTIFY triggers are dropped (Citus would run them on the nodes, inside
+  transactions it then cannot PREPARE): the routed statements send the same NOTIFYs from
+  the coordinator's session inside their transaction
+  (``legato.engine.repositories.routed.wake``), and the loops still poll as a fallback;
 - partition maintenance and retention run with ``citus.multi_shard_modify_mode =
   sequential`` (Citus creates and drops a partition's shards one connection per node).
 
@@ -34,6 +35,7 @@ from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.errors import ConfigurationError
+from legato.schema.layout import mark_routed
 
 # Distributed by ``shard``, co-located with the first (the others reference it).
 RUN_TABLES = (
@@ -307,8 +309,10 @@ def _per_transaction() -> Callable[[Connection], None]:
 async def adopt_sessions(conn: AsyncConnection, per_transaction: bool) -> None:
     """Give every session of ``conn``'s engine ``DISTRIBUTED_SESSION_SETTINGS``, from now
     on and on ``conn`` itself: once per pooled connection, or at each transaction's start
-    behind a transaction pooler (``per_transaction``). Called by
+    behind a transaction pooler (``per_transaction``); and mark the engine's
+    connections to take the routed statements (``legato.schema.layout``). Called by
     ``legato.db.adopt_installation`` when the installation is distributed."""
+    mark_routed(conn.engine)
     engine = conn.engine.sync_engine
     if per_transaction:
         if not event.contains(engine, "begin", _per_transaction()):

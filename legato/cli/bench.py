@@ -70,6 +70,12 @@ def register(commands: Any) -> None:
         "goes direct",
     )
     parser.add_argument(
+        "--citus",
+        choices=("distributed", "single-node"),
+        help="--database-url is a Citus coordinator: each scenario's schema (4 keys) is "
+        "distributed over its workers, or kept on the coordinator alone (to compare)",
+    )
+    parser.add_argument(
         "--concurrency",
         type=concurrency,
         default=64,
@@ -112,6 +118,13 @@ def _import_runner() -> Any:
 
 
 async def _bench(args: argparse.Namespace) -> int:
+    if args.citus is not None and args.database_url is None:
+        from legato.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"--citus {args.citus} needs --database-url: the URL of a Citus coordinator's "
+            "database (with the citus extension and its workers added)"
+        )
     runner = _import_runner()
     names = args.scenario or DEFAULT_SCENARIOS
     chosen = [n for n in SCENARIO_NAMES if n in names]
@@ -126,6 +139,7 @@ async def _bench(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             pooler=args.pooler,
             held_seconds=args.held_seconds,
+            citus=args.citus,
         )
     )
     return result

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,7 +52,8 @@ async def serve(
 ) -> None:
     """Run ``app``'s ``roles`` until SIGTERM/SIGINT, polling fast so tests wait little
     (shared with ``tests.e2e.txprocs``)."""
-    engine = create_engine(database_url, "legato")
+    # LEGATO_SCHEMA: the Citus kill test's processes serve its schema on the cluster.
+    engine = create_engine(database_url, os.environ.get("LEGATO_SCHEMA", "legato"))
     runtime = Runtime(
         engine,
         app,

@@ -220,39 +220,47 @@ async def _check(engine: AsyncEngine, statements: list[Sent]) -> tuple[int, list
     return checked, failures
 
 
+async def run_workload(engine: AsyncEngine, timeout: float = 30) -> list[str]:
+    """The workload of the module's docstring on ``engine`` (record it with ``recorded``):
+    returns the SQL its client sent on the driver path, which SQLAlchemy does not see
+    (tests/citus/test_router_statements.py runs it on the cluster too)."""
+    # In the distributed layout (a Citus installation's), forced when on one PostgreSQL.
+    runtime = Runtime(engine, flows.app, poll_interval=0.2, grace_period=2.0, distributed=True)
+    await runtime.start()
+    try:
+        async with Client(engine, app=flows.app) as client:
+            handles: list[Any] = [
+                await client.start(flows.sleepy, "nap"),
+                await client.start(flows.branching, Account(name="ada", plan=Plan.PRO)),
+                await client.start(flows.fanout, "one two three"),
+                await client.start(flows.parent, 3),
+                await client.start(flows.retrying, "again"),
+                await client.start(flows.approval, "times out"),
+            ]
+            handles += await client.start_many(flows.sleepy, ["a", "b", "c", "d"])
+            waiting = await client.start(flows.strict_approval, "ship")
+            await client.signal(waiting.run_id, "approval", flows.Approval(approved=True))
+            for handle in [*handles, waiting]:
+                await handle.result(timeout=timeout)
+            doomed = await client.start(flows.late_wait, "never")
+            await client.cancel(doomed.run_id)
+            await eventually(
+                lambda: _finished(client, doomed.run_id),
+                "the cancelled run to finish",
+                timeout=timeout,
+            )
+            return client._driver.compiled()
+    finally:
+        await runtime.stop()
+
+
 async def test_every_hot_statement_touches_one_shard_key(engine: AsyncEngine) -> None:
     """In the distributed layout (a Citus installation's), forced here on one PostgreSQL."""
     with recorded(engine) as sent:
-        runtime = Runtime(
-            engine, flows.app, poll_interval=0.2, grace_period=2.0, distributed=True
-        )
-        await runtime.start()
-        try:
-            async with Client(engine, app=flows.app) as client:
-                handles: list[Any] = [
-                    await client.start(flows.sleepy, "nap"),
-                    await client.start(flows.branching, Account(name="ada", plan=Plan.PRO)),
-                    await client.start(flows.fanout, "one two three"),
-                    await client.start(flows.parent, 3),
-                    await client.start(flows.retrying, "again"),
-                    await client.start(flows.approval, "times out"),
-                ]
-                handles += await client.start_many(flows.sleepy, ["a", "b", "c", "d"])
-                waiting = await client.start(flows.strict_approval, "ship")
-                await client.signal(waiting.run_id, "approval", flows.Approval(approved=True))
-                for handle in [*handles, waiting]:
-                    await handle.result(timeout=30)
-                doomed = await client.start(flows.late_wait, "never")
-                await client.cancel(doomed.run_id)
-                await eventually(
-                    lambda: _finished(client, doomed.run_id), "the cancelled run to finish"
-                )
-                # The one-at-a-time start and the signal go through the driver path.
-                driven = client._driver.compiled()
-                assert driven, "the signal should take the driver path"
-                sent += [Sent(sql, ()) for sql in driven]
-        finally:
-            await runtime.stop()
+        driven = await run_workload(engine)
+    # The one-at-a-time start and the signal go through the driver path.
+    assert driven, "the signal should take the driver path"
+    sent += [Sent(sql, ()) for sql in driven]
     checked, failures = await _check(engine, sent)
     assert checked >= 20, f"only {checked} statements on run-scoped tables were recorded"
     assert not failures, f"{len(failures)} of {checked} statements span keys:\n" + "\n".join(

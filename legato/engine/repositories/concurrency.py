@@ -16,7 +16,7 @@ from datetime import timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CTE, Interval, Text, bindparam, delete, func, or_, select, update
+from sqlalchemy import CTE, Interval, Text, Update, bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import BindParameter
@@ -157,14 +157,24 @@ def freed(task_ids: BindParameter[Any]) -> CTE:
     ``task_queue.remove`` and ``queue_leases.release``, so a finished or released attempt frees its
     slots in the statement that drops or releases its lease). ``ix_concurrency_slots_holder``;
     nothing to do, and next to no cost, when no limit is in use."""
+    return _freeing(task_ids).returning(ConcurrencySlots.slot).cte("freed_slots")
+
+
+def _freeing(task_ids: BindParameter[Any]) -> Update:
     table = ConcurrencySlots
     return (
         update(table.table)
         .where(in_array(table.holder_task_id, task_ids))
         .values(holder_task_id=None, holder_owner=None, expires_at=func.now())
-        .returning(table.slot)
-        .cte("freed_slots")
     )
+
+
+async def free(conn: AsyncConnection, task_ids: BindParameter[Any]) -> None:
+    """:func:`freed` as a statement of its own, in the caller's transaction
+    (``task_queue.remove`` and ``release`` on a distributed install: the slots stay on
+    the coordinator, and Citus runs a statement joining them to a node's rows in two
+    steps). ``ix_concurrency_slots_holder``."""
+    await conn.execute(_freeing(task_ids))
 
 
 def extended(task_ids: BindParameter[Any], owner: BindParameter[Any], lease: timedelta) -> CTE:

@@ -31,7 +31,9 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
+from legato.engine.repositories import routed as routed_statements
 from legato.engine.repositories.claims import locked
+from legato.engine.repositories.notify import decide_channel
 from legato.engine.repositories.params import (
     SHARD_COUNT_PARAM,
     SHARD_PARAM,
@@ -44,6 +46,7 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import DecideQueue, Runs
+from legato.schema.layout import routed
 
 
 async def enqueue(
@@ -72,7 +75,12 @@ async def enqueue(
         params: dict[str, object] = {SHARD_PARAM: shard, "run_ids": ordered, "reason": reason}
         if available_at is not None:
             params["available_at"] = available_at
-        await conn.execute(_enqueue_statement(available_at is not None, False), params)
+        timed = available_at is not None
+        if routed(conn):
+            await conn.execute(routed_statements.enqueue_statement(timed), params)
+            await routed_statements.wake(conn, decide_channel, [str(shard)])
+        else:
+            await conn.execute(_enqueue_statement(timed, False), params)
 
 
 async def enqueue_held(

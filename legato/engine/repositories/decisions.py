@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import (
     outbox,
+    routed,
     run_events,
     runs,
     signals,
@@ -35,6 +36,7 @@ from legato.engine.repositories import (
 from legato.engine.repositories.params import SHARD_COUNT_PARAM, SHARD_PARAM, SHARDS_PARAM
 from legato.schema import Shards
 from legato.schema.enums import ACTIVE_TASK_STATES
+from legato.schema.layout import routed as routes
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,31 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
     even for no rows (most decisions neither start nor finish a run). Each part is
     served by its own table's primary key, led by the key (see each part's docstring).
     """
+    params = _params(shard, writes, now)
+    if routes(conn):
+        return await _write_routed(conn, shard, writes, params)
     statement = _statement(bool(writes.enqueues), bool(writes.lifecycle), False)
-    return await _execute(conn, statement, _params(shard, writes, now))
+    return await _execute(conn, statement, params)
+
+
+async def _write_routed(
+    conn: AsyncConnection, shard: int, writes: Writes, params: dict[str, Any]
+) -> set[uuid.UUID]:
+    """:func:`write` on a distributed install: the parts as router statements of their
+    own (``routed.write_decisions``), the outbox's first."""
+    if writes.lifecycle:
+        await outbox.publish(conn, shard, writes.lifecycle)
+    last: dict[uuid.UUID, int] = {}
+    for event in writes.events:
+        last[event.run_id] = max(last.get(event.run_id, 0), event.seq)
+    return await routed.write_decisions(
+        conn,
+        _routed_parts(writes),
+        tasks.moved(),
+        params,
+        enqueued=bool(writes.enqueues),
+        history=[f"{run_id}:{seq}" for run_id, seq in sorted(last.items())],
+    )
 
 
 async def write_held(
@@ -127,3 +152,19 @@ def _statement(enqueues: bool, publishes: bool, spanning: bool) -> Select[uuid.U
     if publishes:
         parts.append(outbox.published(spanning))
     return select(moved.c.id).add_cte(*parts)
+
+
+def _routed_parts(writes: Writes) -> list[tuple[Any, bool]]:
+    """The parts of ``_statement`` as statements of their own for a distributed install
+    (``routed.write_decisions``), each with whether it has rows: the inserts joined to
+    their runs (``routed.anchored``), in foreign-key order; the outbox's part is
+    ``outbox.publish``, before them."""
+    return [
+        (tasks.inserted_routed(), bool(writes.creates)),
+        (timers.armed_routed(), bool(writes.timers)),
+        (signals.consumed(), bool(writes.consumed)),
+        (tasks.marked_observed(), bool(writes.observed)),
+        (run_events.appended_routed(), bool(writes.events)),
+        (runs.finished(), bool(writes.finishes)),
+        (task_queue.enqueued_routed(), bool(writes.enqueues)),
+    ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -23,7 +23,7 @@ from pydantic import JsonValue
 from sqlalchemy import (
     CTE,
     BigInteger,
-    Float,
+    DateTime,
     Insert,
     Integer,
     Interval,
@@ -35,7 +35,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal_column,
     null,
     or_,
     select,
@@ -342,17 +341,22 @@ async def failed(conn: AsyncConnection, shard: int, failures: Sequence[Failure])
     key): each row is due again after its back-off, or dead-lettered when its budget is
     spent. Fenced by the claim's attempt count, so the report of a relay whose lease ran
     out (and whose row was claimed again) changes nothing. One ``UPDATE ... FROM
-    unnest`` by primary key."""
+    unnest`` by primary key. The times are the relay's clock, parameters (the next
+    attempt's computed here): Citus allows only immutable expressions inside a CASE of
+    an UPDATE of a distributed table, and neither ``now()`` nor ``timestamptz +
+    interval`` is."""
     if failures:
+        now = datetime.now(UTC)
         await conn.execute(
             _failed_statement(),
             {
                 "in_shard": shard,
+                "now": now,
                 "failed_ids": [f.id for f in failures],
                 "claimed_attempts": [f.attempts for f in failures],
                 "errors": [f.error for f in failures],
-                "delays": [
-                    None if f.retry_in is None else f.retry_in.total_seconds() for f in failures
+                "next_attempts": [
+                    None if f.retry_in is None else now + f.retry_in for f in failures
                 ],
             },
         )
@@ -365,8 +369,9 @@ def _failed_statement() -> Any:
         id=bindparam("failed_ids", type_=ARRAY(BigInteger())),
         attempts=bindparam("claimed_attempts", type_=ARRAY(Integer())),
         error=text_array("errors"),
-        delay=bindparam("delays", type_=ARRAY(Float())),
+        next_attempt_at=bindparam("next_attempts", type_=ARRAY(DateTime(timezone=True))),
     )
+    now = bindparam("now", type_=DateTime(timezone=True))
     return (
         update(Outbox.table)
         .where(
@@ -377,11 +382,8 @@ def _failed_statement() -> Any:
         )
         .values(
             last_error=given.c.error,
-            next_attempt_at=case(
-                (given.c.delay.is_(None), Outbox.next_attempt_at),
-                else_=func.now() + given.c.delay * literal_column("interval '1 second'"),
-            ),
-            dead_lettered_at=case((given.c.delay.is_(None), func.now()), else_=null()),
+            next_attempt_at=func.coalesce(given.c.next_attempt_at, Outbox.next_attempt_at),
+            dead_lettered_at=case((given.c.next_attempt_at.is_(None), now), else_=null()),
         )
     )
 

@@ -20,6 +20,7 @@ from legato.engine.repositories import concurrency
 from legato.engine.repositories.params import fan_out, in_array, shards_param, uuid_array
 from legato.engine.repositories.task_queue import queue_keys
 from legato.schema import TaskQueue
+from legato.schema.layout import routed as routes
 
 
 async def extend_leases(
@@ -53,15 +54,19 @@ async def release(
     """Drop ``owner``'s leases of key ``shard``, and free their concurrency slots, so
     another worker claims the attempts at once (worker graceful shutdown, one statement
     per key). Primary key."""
-    if keys:
-        await conn.execute(
-            update(TaskQueue.table)
-            .where(*queue_keys(shard, keys), TaskQueue.lease_owner == owner)
-            .values(lease_owner=None, lease_expires_at=None)
-            .add_cte(
-                concurrency.freed(uuid_array("slot_task_ids", [task_id for _, task_id in keys]))
-            )
-        )
+    if not keys:
+        return
+    holders = uuid_array("slot_task_ids", [task_id for _, task_id in keys])
+    statement = (
+        update(TaskQueue.table)
+        .where(*queue_keys(shard, keys), TaskQueue.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None)
+    )
+    if routes(conn):  # the slots (on the coordinator) by a statement of their own
+        await concurrency.free(conn, holders)
+    else:
+        statement = statement.add_cte(concurrency.freed(holders))
+    await conn.execute(statement)
 
 
 @dataclass(frozen=True)

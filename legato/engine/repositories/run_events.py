@@ -18,6 +18,7 @@ from pydantic import JsonValue
 from sqlalchemy import Insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories import routed
 from legato.engine.repositories.params import Unnest, run_shard, shard_param
 from legato.schema import RunEvents
 
@@ -58,6 +59,14 @@ def appended(spanning: bool = False) -> Insert:
     seq); built once."""
     key = run_shard(_NEW_EVENTS.value("run_id")) if spanning else shard_param()
     return _NEW_EVENTS.insert(shard=key)
+
+
+@cache
+def appended_routed() -> Insert:
+    """:func:`appended` on a distributed install (``routed.anchored``: the events joined to
+    their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`appended_params`."""
+    return routed.anchored(_NEW_EVENTS)
 
 
 def appended_params(shard: int, events: Sequence[NewEvent]) -> dict[str, Any]:

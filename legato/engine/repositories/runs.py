@@ -36,6 +36,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.db.server_check import adopt_installation
+from legato.engine.repositories import routed as routed_statements
 from legato.engine.repositories.notify import schema_of
 from legato.engine.repositories.params import (
     Unnest,
@@ -50,6 +51,7 @@ from legato.engine.transport.driver import DriverStatements
 from legato.models import RunFilter
 from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards, Tasks
 from legato.schema.enums import TaskState
+from legato.schema.layout import routed, routed_engine
 from legato.schema.types import uuid7_bound
 from legato.schema.values import TaskError
 
@@ -245,6 +247,9 @@ async def start_runs(
     if not new_runs:
         return
     scheduled = not children and any(new.scheduled_at is not None for new in new_runs)
+    if routed(conn):
+        await _start_routed(conn, shard, new_runs, reason, children, scheduled)
+        return
     statement = _start_children_statement() if children else _start_statement(scheduled)
     params = {**_NEW_RUNS.bind(new_runs), "reason": reason, "in_shard": shard}
     if scheduled:
@@ -258,11 +263,50 @@ async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: s
     parameters, on the asyncpg driver path (legato/engine/transport/driver.py) — the
     hottest single-row write a client makes. Primary keys of ``runs``, ``run_events``
     and ``decide_queue``, each led by the key."""
+    if routed_engine(driver.engine):  # several statements: in a transaction of their own
+        async with driver.engine.begin() as conn:
+            await start_runs(conn, shard, [new], reason)
+        return
     scheduled = new.scheduled_at is not None
     params = {**_NEW_RUNS.bind_one(new), "reason": reason, "in_shard": shard}
     if scheduled:
         params["now"] = new.scheduled_at
     await driver.execute(_start_one_statement(scheduled), params)
+
+
+async def _start_routed(
+    conn: AsyncConnection,
+    shard: int,
+    new_runs: Sequence[NewRun],
+    reason: str,
+    children: bool,
+    scheduled: bool,
+) -> None:
+    """``start_runs`` on a distributed install (``routed.start_runs``)."""
+    rows = [
+        {
+            "id": new.run_id,
+            "workflow_name": new.workflow_name,
+            "workflow_version": new.workflow_version,
+            "status": RunStatus.RUNNING,
+            "input": new.input,
+            "parent_run_id": new.parent_run_id,
+            "idempotency_key": new.idempotency_key,
+            "scheduled_at": new.scheduled_at,
+            "trace_context": new.trace_context,
+            "shard": shard,
+        }
+        for new in new_runs
+    ]
+    await routed_statements.start_runs(
+        conn,
+        shard,
+        rows,
+        reason,
+        scheduled_now=datetime.now(UTC) if scheduled else None,
+        children=routed_statements.children_statement(_NEW_RUNS) if children else None,
+        params={**_NEW_RUNS.bind(new_runs), "in_shard": shard},
+    )
 
 
 @cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -108,7 +108,9 @@ async def sync_workflow(
             set_={
                 **{key: new[key] for key in _values(declared[0][0]) if key != "name"},
                 "next_fire_at": case((same_timing, Schedules.next_fire_at), else_=new.next_fire_at),
-                "updated_at": func.now(),
+                # The deployer's clock: Citus refuses now() in an upsert's SET on a
+                # table in its metadata (schedules, on the coordinator).
+                "updated_at": datetime.now(UTC),
             },
             where=Schedules.workflow_name == new.workflow_name,
         ).returning(Schedules.name)

@@ -30,9 +30,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories import routed as routed_statements
 from legato.engine.repositories.params import Unnest, in_array, run_shard, shard_param, uuid_array
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import DecideQueue, Runs, RunStatus, Signals
+from legato.schema.layout import routed, routed_engine
 from legato.schema.types import JSON_VALUE
 
 
@@ -95,7 +97,10 @@ async def send(
     0016). The signal's id is the
     column default, ``uuid7_v1()`` (``uuidv7()`` on PostgreSQL 18). Primary keys, led
     by the run's key ``shard``; built once."""
-    result = await conn.execute(_send_statement(), _send_params(shard, run_id, name, payload))
+    params = _send_params(shard, run_id, name, payload)
+    if routed(conn):
+        return await routed_statements.send_signal(conn, params)
+    result = await conn.execute(_send_statement(), params)
     return result.first() is not None
 
 
@@ -105,7 +110,11 @@ async def send_now(
     """``send`` committed on its own, on the asyncpg driver path
     (legato/engine/transport/driver.py): Client.signal, a step of the wake latency.
     Primary keys, led by the run's key ``shard``; built once."""
-    rows = await driver.execute(_send_statement(), _send_params(shard, run_id, name, payload))
+    params = _send_params(shard, run_id, name, payload)
+    if routed_engine(driver.engine):  # two statements: in a transaction of their own
+        async with driver.engine.begin() as conn:
+            return await routed_statements.send_signal(conn, params)
+    rows = await driver.execute(_send_statement(), params)
     return bool(rows)
 
 

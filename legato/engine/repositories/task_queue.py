@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
-from legato.engine.repositories import concurrency
+from legato.engine.repositories import concurrency, routed
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     SHARD_PARAM,
@@ -53,6 +53,7 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
+from legato.schema.layout import routed as routes
 
 
 class NewQueueRow(NamedTuple):
@@ -90,6 +91,14 @@ def enqueued(spanning: bool = False) -> Insert:
     return _NEW_ROWS.insert(
         shard=run_shard(_NEW_ROWS.value("run_id")) if spanning else shard_param()
     )
+
+
+@cache
+def enqueued_routed() -> Insert:
+    """:func:`enqueued` on a distributed install (``routed.anchored``: the queue rows
+    joined to their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`enqueued_params`."""
+    return routed.anchored(_NEW_ROWS)
 
 
 def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
@@ -443,8 +452,15 @@ async def remove(
     (worker reports, timer loop, sweeper, decider's cancellations; one statement per
     key); with ``unleased``, only rows no worker holds (which hold no slot). Primary
     key."""
-    if keys:
-        await conn.execute(_removal(False, unleased), {SHARD_PARAM: shard, **_removed(keys)})
+    if not keys:
+        return
+    params = {SHARD_PARAM: shard, **_removed(keys)}
+    if routes(conn) and not unleased:
+        # The slots stay on the coordinator: freed by a statement of their own.
+        await concurrency.free(conn, uuid_array("slot_task_ids", params["task_ids"]))
+        await conn.execute(_removal(False, False, frees_slots=False), params)
+    else:
+        await conn.execute(_removal(False, unleased), params)
 
 
 async def remove_held(
@@ -477,9 +493,11 @@ def _removed(keys: Sequence[tuple[str, uuid.UUID]]) -> dict[str, Any]:
 
 
 @cache
-def _removal(spanning: bool, unleased: bool) -> Delete:
+def _removal(spanning: bool, unleased: bool, frees_slots: bool = True) -> Delete:
     """The statement of :func:`remove` (one key) or :func:`remove_held` (the keys given),
-    built once: every value is a parameter, so a flush costs no statement building."""
+    built once: every value is a parameter, so a flush costs no statement building.
+    Without ``frees_slots`` the caller frees the slots by a statement of its own (a
+    distributed install: the slots stay on the coordinator)."""
     key = (
         in_array(TaskQueue.shard, shards_param()) if spanning else TaskQueue.shard == shard_param()
     )
@@ -490,4 +508,6 @@ def _removal(spanning: bool, unleased: bool) -> Delete:
     )
     if unleased:
         return statement.where(TaskQueue.lease_expires_at.is_(None))
+    if not frees_slots:
+        return statement
     return statement.add_cte(concurrency.freed(uuid_array("slot_task_ids")))

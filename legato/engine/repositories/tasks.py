@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
+from legato.engine.repositories import routed
 from legato.engine.repositories.params import (
     SHARD_COUNT_PARAM,
     SHARD_PARAM,
@@ -254,6 +255,14 @@ def inserted(spanning: bool = False) -> Insert:
     """
     key = run_shard(_NEW_TASKS.value("run_id")) if spanning else shard_param()
     return _NEW_TASKS.insert(shard=key)
+
+
+@cache
+def inserted_routed() -> Insert:
+    """:func:`inserted` on a distributed install (``routed.anchored``: the tasks joined to
+    their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`inserted_params`."""
+    return routed.anchored(_NEW_TASKS)
 
 
 def inserted_params(shard: int, rows: Sequence[NewTask]) -> dict[str, Any]:

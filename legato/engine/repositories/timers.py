@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningDelete
 
+from legato.engine.repositories import routed
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     SHARD_PARAM,
@@ -83,6 +84,14 @@ def armed(spanning: bool = False) -> Insert:
     return _TIMERS.insert(
         shard=run_shard(_TIMERS.value("run_id")) if spanning else shard_param()
     )
+
+
+@cache
+def armed_routed() -> Insert:
+    """:func:`armed` on a distributed install (``routed.anchored``: the timers joined to
+    their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
+    of ``decisions.write`` of its own there, bound by :func:`armed_params`."""
+    return routed.anchored(_TIMERS)
 
 
 def armed_params(shard: int, timers: Sequence[DueTimer], now: datetime) -> dict[str, Any]:
