@@ -100,6 +100,7 @@ VALID_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runs", "list"): (),
     ("runs", "show"): (RUN,),
     ("runs", "watch"): (RUN,),
+    ("runs", "stream"): (RUN,),
     ("runs", "start"): ("signup", "--input", EMAIL),
     ("runs", "signal"): (RUN, "signup.confirmed"),
     ("runs", "emit"): ("signup.confirmed",),
