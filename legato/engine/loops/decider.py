@@ -5,12 +5,12 @@ apply the pure decider's actions. Workers hear of new attempts from the NOTIFY o
 In the distributed layout work is taken one shard key at a time: a batch is runs of
 one key, and every statement of its decision (lock, snapshot, writes) is within that
 key. On one PostgreSQL (``Shards.distributed`` False) a tick with any dirty key takes
-one batch across every held key, and locks, reads and writes it in one statement each
-(docs/design.md, "The statement layout"). The loop keeps a set of dirty keys — the key
-in each decide NOTIFY's payload (every held key for an empty or
-unparsable one), the keys a local worker's reports touched (``decide_now``), and every
-held key once per poll interval — and each tick takes from each dirty key it holds; a
-take that returns a full batch leaves its key dirty.
+one batch across every held key, and locks, reads and writes it in one statement
+each (docs/design.md, "The statement layout"). The loop keeps a set of dirty keys —
+the key in each decide NOTIFY's payload (every held key for an empty or unparsable
+one), the keys a local worker's reports touched (``decide_now``), and every held key
+once per poll interval — and each tick takes from each dirty key it holds (from every
+held key, on one PostgreSQL); a take that returns a full batch leaves its key dirty.
 
 Several runs are decided per transaction; when a batch fails, its runs are decided
 again one by one, each inside a savepoint, so one bad run (a bug, a corrupted row, a
