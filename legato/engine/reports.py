@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import decide_queue, task_queue, tasks
+from legato.engine.repositories import decide_queue, queue_leases, tasks
 from legato.schema import Shards
 
 
@@ -70,10 +70,10 @@ async def apply_reports(
     applied = 0
     for shard, group in grouped.items():
         await decide_queue.enqueue(conn, shard, (report.move.run_id for report in group), reason)
-        await task_queue.remove(
+        await queue_leases.remove(
             conn, shard, [r.queue_key for r in group if r.queue_key and not r.only_if_unleased]
         )
-        await task_queue.remove(
+        await queue_leases.remove(
             conn,
             shard,
             [r.queue_key for r in group if r.queue_key and r.only_if_unleased],
@@ -88,7 +88,7 @@ async def _apply_held(
 ) -> int:
     await decide_queue.enqueue_held(conn, count, (r.move.run_id for r in reports), reason)
     for unleased in (False, True):
-        await task_queue.remove_held(
+        await queue_leases.remove_held(
             conn,
             [
                 (r.shard, *r.queue_key)

@@ -34,6 +34,7 @@ from legato.engine.repositories import (
     decide_queue,
     decisions,
     outbox,
+    queue_leases,
     rate_limits,
     run_events,
     runs,
@@ -487,7 +488,7 @@ async def test_decision_removes_a_cancelled_queue_row(engine: AsyncEngine) -> No
     await _with_recheck(
         engine,
         f"UPDATE legato.task_queue SET priority = 5 WHERE task_id = '{task_id}'",
-        lambda conn: task_queue.remove(conn, KEY, [("default", task_id)]),
+        lambda conn: queue_leases.remove(conn, KEY, [("default", task_id)]),
         paused=None,
     )
     async with engine.connect() as conn:

@@ -47,6 +47,7 @@ from legato.engine.repositories import (
     decisions,
     definitions,
     outbox,
+    queue_leases,
     run_events,
     runs,
     signals,
@@ -241,9 +242,9 @@ class Batch:
         ]
         if self.shard is None:
             held = [(self.shards.of_run(run_id), q, task_id) for run_id, q, task_id in cancelled]
-            await task_queue.remove_held(conn, held)
+            await queue_leases.remove_held(conn, held)
         else:
-            await task_queue.remove(conn, self.shard, [(q, t) for _, q, t in cancelled])
+            await queue_leases.remove(conn, self.shard, [(q, t) for _, q, t in cancelled])
         writes = decisions.Writes(
             creates=[
                 row._replace(observed=True) if row.id in observed else row for row in folded

@@ -1,7 +1,7 @@
 """``concurrency_slots``: one row per unit of a concurrency limit.
 
 An attempt counted against a limit holds one free row of it from its claim until its
-result is written (``task_queue.remove``), its lease is released, or its lease expires:
+result is written (``queue_leases.remove``), its lease is released, or its lease expires:
 the row's ``expires_at`` is the holder's lease expiry, extended with it, so a slot of a
 killed worker frees itself when the lease does. Slots are taken with ``FOR UPDATE SKIP
 LOCKED`` and the freeness test is on the locked row itself, so two claims can never
@@ -154,7 +154,7 @@ def _take_statement() -> Any:
 
 def freed(task_ids: BindParameter[Any]) -> CTE:
     """A data-modifying CTE freeing the slots of the attempts ``task_ids`` (added to
-    ``task_queue.remove`` and ``queue_leases.release``, so a finished or released attempt frees its
+    ``queue_leases.remove`` and ``release``, so a finished or released attempt frees its
     slots in the statement that drops or releases its lease). ``ix_concurrency_slots_holder``;
     nothing to do, and next to no cost, when no limit is in use."""
     return _freeing(task_ids).returning(ConcurrencySlots.slot).cte("freed_slots")
@@ -171,7 +171,7 @@ def _freeing(task_ids: BindParameter[Any]) -> Update:
 
 async def free(conn: AsyncConnection, task_ids: BindParameter[Any]) -> None:
     """:func:`freed` as a statement of its own, in the caller's transaction
-    (``task_queue.remove`` and ``release`` on a distributed install: the slots stay on
+    (``queue_leases.remove`` and ``release`` on a distributed install: the slots stay on
     the coordinator, and Citus runs a statement joining them to a node's rows in two
     steps). ``ix_concurrency_slots_holder``."""
     await conn.execute(_freeing(task_ids))

@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 from sqlalchemy import (
-    Delete,
     Insert,
     Integer,
     Interval,
@@ -29,7 +28,6 @@ from sqlalchemy import (
     SmallInteger,
     Text,
     bindparam,
-    delete,
     func,
     select,
     update,
@@ -38,11 +36,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
-from legato.engine.repositories import concurrency, routed
+from legato.engine.repositories import routed
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
-    SHARD_PARAM,
-    SHARDS_PARAM,
     Unnest,
     in_array,
     rows_of,
@@ -53,7 +49,6 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import Runs, TaskQueue, Tasks, TaskState
-from legato.schema.layout import routed as routes
 
 
 class NewQueueRow(NamedTuple):
@@ -441,73 +436,3 @@ def _hand_off_statement() -> _LeaseReturning:
     return _lease_statement(_given_rows(), func.statement_timestamp())
 
 
-async def remove(
-    conn: AsyncConnection,
-    shard: int,
-    keys: Sequence[tuple[str, uuid.UUID]],
-    *,
-    unleased: bool = False,
-) -> None:
-    """Delete finished attempts' rows of key ``shard`` and free their concurrency slots
-    (worker reports, timer loop, sweeper, decider's cancellations; one statement per
-    key); with ``unleased``, only rows no worker holds (which hold no slot). Primary
-    key."""
-    if not keys:
-        return
-    params = {SHARD_PARAM: shard, **_removed(keys)}
-    if routes(conn) and not unleased:
-        # The slots stay on the coordinator: freed by a statement of their own.
-        await concurrency.free(conn, uuid_array("slot_task_ids", params["task_ids"]))
-        await conn.execute(_removal(False, False, frees_slots=False), params)
-    else:
-        await conn.execute(_removal(False, unleased), params)
-
-
-async def remove_held(
-    conn: AsyncConnection,
-    keys: Sequence[tuple[int, str, uuid.UUID]],
-    *,
-    unleased: bool = False,
-) -> None:
-    """:func:`remove` of rows of any key, given as (shard, queue, task_id), in ONE
-    statement (report flushes of a single-node installation): each row matched in its
-    own key (``shard = ANY`` over the flush's keys with the queues and task ids). Primary
-    key."""
-    if keys:
-        await conn.execute(
-            _removal(True, unleased),
-            {
-                SHARDS_PARAM: sorted({shard for shard, _, _ in keys}),
-                **_removed([(queue, task_id) for _, queue, task_id in keys]),
-            },
-        )
-
-
-def _removed(keys: Sequence[tuple[str, uuid.UUID]]) -> dict[str, Any]:
-    task_ids = [task_id for _, task_id in keys]
-    return {
-        "queues": sorted({queue for queue, _ in keys}),
-        "task_ids": task_ids,
-        "slot_task_ids": task_ids,
-    }
-
-
-@cache
-def _removal(spanning: bool, unleased: bool, frees_slots: bool = True) -> Delete:
-    """The statement of :func:`remove` (one key) or :func:`remove_held` (the keys given),
-    built once: every value is a parameter, so a flush costs no statement building.
-    Without ``frees_slots`` the caller frees the slots by a statement of its own (a
-    distributed install: the slots stay on the coordinator)."""
-    key = (
-        in_array(TaskQueue.shard, shards_param()) if spanning else TaskQueue.shard == shard_param()
-    )
-    statement = delete(TaskQueue.table).where(
-        key,
-        in_array(TaskQueue.queue, text_array("queues")),
-        in_array(TaskQueue.task_id, uuid_array("task_ids")),
-    )
-    if unleased:
-        return statement.where(TaskQueue.lease_expires_at.is_(None))
-    if not frees_slots:
-        return statement
-    return statement.add_cte(concurrency.freed(uuid_array("slot_task_ids")))
