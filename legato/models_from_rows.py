@@ -3,61 +3,43 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypeVar
+
 from legato.engine.repositories.decide_queue import QuarantinedRun as QuarantinedRow
 from legato.engine.repositories.run_events import HistoryEvent as EventRow
 from legato.engine.repositories.runs import RunRow
 from legato.engine.repositories.tasks import TaskRow
 from legato.models import Attempt, HistoryEvent, QuarantinedRun, Run, error_info
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    Model = TypeVar("Model", bound=DataclassInstance)
+else:
+    Model = TypeVar("Model")
+
 
 def run_from_row(row: RunRow) -> Run:
-    return Run(
-        id=row.id,
-        workflow_name=row.workflow_name,
-        workflow_version=row.workflow_version,
-        status=row.status,
-        input=row.input,
-        output=row.output,
-        error=error_info(row.error),
-        parent_run_id=row.parent_run_id,
-        cancel_requested=row.cancel_requested,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
-    )
+    return _public(Run, row, error=error_info(row.error))
 
 
 def attempt_from_row(row: TaskRow) -> Attempt:
-    return Attempt(
-        task_id=row.task_id,
-        node_id=row.node_id,
-        iteration=row.iteration,
-        attempt=row.attempt,
-        kind=row.kind,
-        state=row.state,
-        task_name=row.task_name,
-        queue=row.queue,
-        output=row.output,
-        error=error_info(row.error),
-        observed=row.observed,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-    )
+    return _public(Attempt, row, error=error_info(row.error))
 
 
 def event_from_row(row: EventRow) -> HistoryEvent:
-    return HistoryEvent(
-        seq=row.seq,
-        type=row.type,
-        node_id=row.node_id,
-        iteration=row.iteration,
-        attempt=row.attempt,
-        data=row.data,
-        created_at=row.created_at,
-    )
+    return _public(HistoryEvent, row)
 
 
 def quarantined_from_row(row: QuarantinedRow) -> QuarantinedRun:
     return QuarantinedRun(
         row.run_id, row.workflow_name, row.failures, row.quarantined_at, row.last_error
     )
+
+
+def _public(model: type[Model], row: object, **converted: object) -> Model:
+    """``model`` from the fields of ``row`` of the same names, except ``converted``'s:
+    a row's extra fields (what only the engine reads) stay behind."""
+    copied = {f.name: getattr(row, f.name) for f in fields(model) if f.name not in converted}
+    return model(**copied, **converted)

@@ -59,7 +59,7 @@ def checked_entry(kind: ProgressKind, value: object) -> tuple[JsonValue, int]:
                 f"ctx.stream({value!r:.80}) takes a str chunk, not a {type(value).__name__}: "
                 "report other values with ctx.progress(value)"
             )
-        stored: JsonValue = value
+        stored: JsonValue = check_json(f"ctx.stream chunk {value!r:.80}", value, InvalidProgress)
     else:
         stored = check_json(f"ctx.progress value {value!r:.80}", value, InvalidProgress)
     size = json_size(stored)

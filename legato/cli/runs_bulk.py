@@ -14,8 +14,9 @@ from typing import Any
 from legato.cli import command, connected, nonempty, number_in, render, seconds, shown
 from legato.cli.apps import add_app, load_app
 from legato.cli.run_filters import add_filters, as_list_arguments, chosen_filter, parse_run_id
-from legato.errors import LegatoError
+from legato.errors import InvalidArgument, LegatoError
 from legato.flow import App
+from legato.limits import check_name
 from legato.models import BulkResult, RunFilter
 from legato.rerun import VERSIONS
 
@@ -168,12 +169,19 @@ class _Progress:
 
 async def _act(args: argparse.Namespace) -> int:
     run_id, chosen = _target(args)
+    if getattr(args, "from_node", None) is not None:  # before a dry run shows what it would do
+        check_name("--from", args.from_node, InvalidArgument)
     if run_id is not None:
         if args.dry_run:
             raise LegatoError(
                 "--dry-run is for filters; with one RUN_ID there is nothing to preview"
             )
         return await _one(args, run_id)
+    if getattr(args, "wait", False):
+        raise LegatoError(
+            "--wait is for one RUN_ID; with filters the command returns when every run "
+            "chosen has been acted on (`legato runs list` with the same filters shows them)"
+        )
     assert chosen is not None
     return await _bulk(args, chosen)
 

@@ -10,8 +10,9 @@ import json
 import sys
 from typing import Any
 
-from legato.arguments import MAX_SEQ, as_run_id
+from legato.arguments import MAX_SEQ
 from legato.cli import add_poll, command, connected, number_in, seconds
+from legato.cli.run_filters import parse_run_id
 from legato.progress import ProgressEntry
 from legato.schema import RunStatus
 
@@ -38,7 +39,7 @@ def entry_line(entry: ProgressEntry, as_json: bool) -> str:
 
 
 async def _runs_stream(args: argparse.Namespace) -> int:
-    run_id = as_run_id(args.run_id)
+    run_id = parse_run_id(args.run_id)
     async with connected(args, poll_interval=args.poll_interval) as client:
         try:
             async with asyncio.timeout(args.timeout):
@@ -46,7 +47,8 @@ async def _runs_stream(args: argparse.Namespace) -> int:
                     print(entry_line(entry, args.json), flush=True)
         except TimeoutError:
             print(
-                f"legato: error: run {run_id} is still running after {args.timeout}s",
+                f"legato: error: run {run_id} is still running after {args.timeout}s: "
+                "follow it again with a longer --timeout (--after SEQ skips what was printed)",
                 file=sys.stderr,
             )
             return 2

@@ -46,7 +46,7 @@ from legato.errors import (
 )
 from legato.models import HistoryEvent
 from legato.ui import graph, timeline, views
-from legato.ui.filters import is_whole_number, parse_filter
+from legato.ui.filters import is_whole_number, parse_filter, single_values
 from legato.ui.live import Live
 from legato.ui.security import (
     CSRF_COOKIE,
@@ -188,7 +188,7 @@ class Dashboard:
     # -- pages ------------------------------------------------------------------------------
 
     async def runs(self, request: Request) -> Response:
-        wanted = parse_filter(dict(request.query_params))
+        wanted = parse_filter(single_values(request.query_params.multi_items()))
         ids: tuple[uuid.UUID, ...] | None = None
         if wanted.search_id is not None:
             ids = (wanted.search_id,)
@@ -312,7 +312,7 @@ class Dashboard:
             raise InvalidArgument(f"version {text[:40]!r} must be a whole number, e.g. 1")
         stored = await self.spec(name, int(text))
         if stored is None:
-            raise UnknownWorkflow(f"no stored version {text} of workflow {name!r}")
+            raise UnknownWorkflow(f"no stored version {text} of workflow {name!r:.80}")
         spec = stored.spec
         return self.page(
             request,

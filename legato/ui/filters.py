@@ -6,7 +6,8 @@ box and the page."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
@@ -74,6 +75,18 @@ def _whole(name: str, text: str, high: int) -> int:
     if not is_whole_number(text) or len(text) > 12 or not 1 <= int(text) <= high:
         raise InvalidArgument(f"{name}={text[:40]!r} must be a whole number from 1 to {high}")
     return int(text)
+
+
+def single_values(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """A query string's ``(name, value)`` pairs as one value per name: a name given
+    twice is refused, not one of its values dropped."""
+    counts = Counter(name for name, _ in pairs)
+    repeated = sorted(name for name, count in counts.items() if count > 1)
+    if repeated:
+        raise InvalidArgument(
+            f"parameter {repeated[0]!r:.80} is given more than once: give one value per filter"
+        )
+    return dict(pairs)
 
 
 def parse_filter(params: Mapping[str, str]) -> RunsListQuery:

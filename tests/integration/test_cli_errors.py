@@ -411,6 +411,94 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
         2,
     ),
     "rerun --from with NUL": (("runs", "rerun", "{run}", "--from", "a\x00b"), ("NUL",), 2),
+    "rerun --from unprintable in a dry run": (
+        ("runs", "rerun", "--workflow", "signup", "--from", "\x01", "--dry-run"),
+        ("--from '\\x01' contains the unprintable character U+0001",),
+        1,
+    ),
+    "rerun --from too long by filter": (
+        ("runs", "rerun", "--workflow", "signup", "--from", "x" * 10_000, "--yes"),
+        ("--from", "over the 200-character limit"),
+        1,
+    ),
+    "cancel --wait with filters": (
+        ("runs", "cancel", "--workflow", "signup", "--wait", "--yes"),
+        ("--wait is for one RUN_ID",),
+        1,
+    ),
+    "rerun comma-joined statuses": (
+        ("runs", "rerun", "--status", "failed,running", "--dry-run"),
+        ("unknown status 'failed,running'",),
+        2,
+    ),
+    "cancel impossible date": (
+        ("runs", "cancel", "--created-after", "2026-02-30T00:00:00+00:00"),
+        ("not a time with a zone: '2026-02-30T00:00:00+00:00'",),
+        2,
+    ),
+    "cancel empty time range": (
+        (
+            "runs",
+            "cancel",
+            "--created-after",
+            "2026-01-01T00:00:00+00:00",
+            "--created-before",
+            "2026-01-01T00:00:00+00:00",
+        ),
+        ("must be before created_before",),
+        1,
+    ),
+    "cancel --confirm-above fraction": (
+        ("runs", "cancel", "--workflow", "signup", "--confirm-above", "1.5"),
+        ("--confirm-above", "'1.5'"),
+        2,
+    ),
+    "cancel --node too long": (
+        ("runs", "cancel", "--node", "x" * 10_000, "--dry-run"),
+        ("node", "over the 200-character limit"),
+        1,
+    ),
+    "resume with a bad id": (("runs", "resume", "nope"), ("not a run id: 'nope'",), 1),
+    # runs stream
+    "stream bad id": (("runs", "stream", "nope"), ("not a run id: 'nope'",), 1),
+    "stream huge id": (("runs", "stream", "x" * 100_000), ("not a run id",), 1),
+    "stream unknown id": (("runs", "stream", UNKNOWN), ("no run", UNKNOWN), 1),
+    "stream --after -1": (("runs", "stream", "{run}", "--after", "-1"), ("--after", "'-1'"), 2),
+    "stream --after past bigint": (
+        ("runs", "stream", "{run}", "--after", "9" * 30),
+        ("--after", "a whole number >= 0"),
+        2,
+    ),
+    "stream --after fraction": (("runs", "stream", "{run}", "--after", "1.5"), ("'1.5'",), 2),
+    "stream --timeout nan": (("runs", "stream", "{run}", "--timeout", "nan"), ("'nan'",), 2),
+    "stream --timeout 1e400": (("runs", "stream", "{run}", "--timeout", "1e400"), ("'1e400'",), 2),
+    "stream --poll-interval 0": (
+        ("runs", "stream", "{run}", "--poll-interval", "0"),
+        ("--poll-interval", "'0'"),
+        2,
+    ),
+    "stream of a running run times out": (
+        ("runs", "stream", "{run}", "--timeout", "0.2"),
+        ("is still running after 0.2s", "longer --timeout"),
+        2,
+    ),
+    # deploy --check
+    "deploy --check without --app": (("deploy", "--check"), ("--app",), 2),
+    "deploy --json without --check": (
+        ("deploy", "--json", "--app", "examples.signup:app"),
+        ("--json goes with --check",),
+        1,
+    ),
+    "deploy --check missing module": (
+        ("deploy", "--check", "--app", "nosuch:app"),
+        ("no module named 'nosuch'",),
+        1,
+    ),
+    "deploy --check not an App": (
+        ("deploy", "--check", "--app", "examples.signup:Signup"),
+        ("not a legato.App",),
+        1,
+    ),
     "start --shard-key too long": (
         ("runs", "start", "signup", "--input", EMAIL, "--shard-key", "k" * 300),
         ("shard_key",),

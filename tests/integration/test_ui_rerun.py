@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import Client
 from legato.schema import Runs
+from legato.schema.types import uuid7
 from legato.ui import create_app
 from tests.helpers import count_rows
 from tests.integration import rerun_apps as apps
@@ -37,6 +38,18 @@ async def test_the_rerun_button_and_the_links_both_ways(engine: AsyncEngine) -> 
                 data={"csrf": token, "from_node": "charge", "version": "original"},
             )
             assert unknown.status_code == 400 and "no node &#39;charge&#39;" in unknown.text
+            for path, form, status, says in [
+                (f"/runs/{original}/rerun", {"from_node": "\x01"}, 400, "unprintable"),
+                (f"/runs/{original}/rerun", {"from_node": "x" * 5000}, 400, "200-character"),
+                (f"/runs/{original}/rerun", {"version": "latest"}, 400, "must be &#39;deployed"),
+                ("/runs/nope/rerun", {}, 400, "&#39;nope&#39; is not a UUID"),
+                (f"/runs/{uuid7()}/rerun", {"version": "original"}, 404, "no run"),
+            ]:
+                refused = await web.post(path, data={"csrf": token, **form})
+                assert refused.status_code == status and says in refused.text, (form, refused.text)
+            for method in ("GET", "PUT", "DELETE"):
+                wrong = await web.request(method, f"/runs/{original}/rerun")
+                assert wrong.status_code == 405, method
             assert await count_rows(engine, Runs, Runs.rerun_of.is_not(None)) == 0
 
             started = await web.post(
@@ -85,13 +98,15 @@ async def test_the_runs_list_filters_as_runs_list_does(engine: AsyncEngine) -> N
             )
             page = await web.get("/", params={"node": "price", "version": "1"})
             assert 'name="node" value="price"' in page.text  # the form keeps what was asked
-            for params, says in [
-                ({"version": "0"}, "version=&#39;0&#39; must be a whole number from 1 to"),
-                ({"version": "²"}, "must be a whole number"),
-                ({"version": "9" * 40}, "must be a whole number"),
-                ({"limit": "²"}, "limit=&#39;²&#39; must be a whole number"),
-                ({"node": "x" * 300}, "node"),
-                ({"error_type": "a\x00b"}, "error_type"),
-            ]:
-                refused = await web.get("/", params=params)
+            asked: list[tuple[list[tuple[str, str]], str]] = [
+                ([("version", "0")], "version=&#39;0&#39; must be a whole number from 1 to"),
+                ([("version", "²")], "must be a whole number"),
+                ([("version", "9" * 40)], "must be a whole number"),
+                ([("limit", "²")], "limit=&#39;²&#39; must be a whole number"),
+                ([("node", "x" * 300)], "node"),
+                ([("error_type", "a\x00b")], "error_type"),
+                ([("status", "failed"), ("status", "running")], "&#39;status&#39; is given more"),
+            ]
+            for params, says in asked:
+                refused = await web.get("/", params=tuple(params))
                 assert refused.status_code == 400 and says in refused.text, (params, refused.text)

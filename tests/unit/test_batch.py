@@ -39,6 +39,15 @@ def test_a_batch_is_declared_with_a_size_and_a_wait_in_range() -> None:
         ({"max_size": 2.5}, "max_size must be an int"),
         ({"max_size": 2, "max_wait": 1}, "max_wait must be a timedelta from 0"),
         ({"max_size": 2, "max_wait": timedelta(hours=1)}, "max_wait must be a timedelta"),
+        ({"max_size": -1}, r"Batch\(max_size=-1\)"),
+        ({"max_size": 10**9}, "from 1 to 1000"),
+        ({"max_size": True}, r"max_size=True\)"),  # a bool is not a size
+        ({"max_size": "3"}, "max_size='3'"),
+        ({"max_size": float("nan")}, "max_size=nan"),
+        ({"max_size": 2, "max_wait": timedelta(seconds=-1)}, "max_wait must be a timedelta"),
+        ({"max_size": 2, "max_wait": timedelta.max}, "max_wait must be a timedelta"),
+        ({"max_size": 2, "max_wait": float("inf")}, "max_wait=inf"),
+        ({"max_size": 2, "max_wait": None}, "max_wait=None"),
     ):
         with pytest.raises(TaskDefinitionError, match=says):
             Batch(**bad)

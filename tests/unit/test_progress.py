@@ -25,6 +25,10 @@ def test_an_entry_is_json_or_a_text_chunk_within_the_entry_bound() -> None:
         checked_entry("progress", {"when": datetime.now(UTC)})
     with pytest.raises(InvalidProgress, match="takes a str chunk, not a dict"):
         checked_entry("text", {"a": 1})
+    with pytest.raises(InvalidProgress, match=r"chunk 'a\\ud800' is not storable JSON.*surrogate"):
+        checked_entry("text", "a\ud800")
+    with pytest.raises(InvalidProgress, match=r"\$\[1\] is inf"):
+        checked_entry("progress", [1, float("inf")])
     checked_entry("text", "x" * (MAX_ENTRY_BYTES - 2))
     with pytest.raises(ProgressTooLarge, match=f"{MAX_ENTRY_BYTES + 1} bytes is over the"):
         checked_entry("text", "x" * (MAX_ENTRY_BYTES - 1))

@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import Integer, Uuid, func, literal, select
+from sqlalchemy import Integer, Row, Uuid, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,7 +23,9 @@ from legato.engine.repositories.params import SHARD_PARAM, shard_param
 from legato.progress import ProgressEntry, ProgressKind
 from legato.schema.tables import RunProgress
 
-_COLUMNS = (
+# What an append writes after the shard key; a read returns these and created_at,
+# named as ProgressEntry's fields.
+_WRITTEN = (
     RunProgress.run_id,
     RunProgress.seq,
     RunProgress.task_id,
@@ -32,8 +34,8 @@ _COLUMNS = (
     RunProgress.attempt,
     RunProgress.kind,
     RunProgress.value,
-    RunProgress.created_at,
 )
+_COLUMNS = (*_WRITTEN, RunProgress.created_at)
 
 
 async def append(
@@ -64,20 +66,7 @@ async def append(
     ).where(RunProgress.shard == shard_param(), RunProgress.run_id == run_id)
     statement = (
         insert(RunProgress.table)
-        .from_select(
-            [
-                RunProgress.shard,
-                RunProgress.run_id,
-                RunProgress.seq,
-                RunProgress.task_id,
-                RunProgress.node_id,
-                RunProgress.iteration,
-                RunProgress.attempt,
-                RunProgress.kind,
-                RunProgress.value,
-            ],
-            last,
-        )
+        .from_select([RunProgress.shard, *_WRITTEN], last)
         .on_conflict_do_nothing(
             index_elements=[RunProgress.shard, RunProgress.run_id, RunProgress.seq]
         )
@@ -120,15 +109,5 @@ async def latest(
     return [_entry(row) for row in reversed(result.all())]
 
 
-def _entry(row: Any) -> ProgressEntry:  # a Row of _COLUMNS
-    return ProgressEntry(
-        run_id=row.run_id,
-        seq=row.seq,
-        node_id=row.node_id,
-        iteration=row.iteration,
-        attempt=row.attempt,
-        task_id=row.task_id,
-        kind=row.kind,
-        value=row.value,
-        created_at=row.created_at,
-    )
+def _entry(row: Row[*tuple[Any, ...]]) -> ProgressEntry:  # _COLUMNS: named as its fields
+    return ProgressEntry(**row._mapping)

@@ -132,12 +132,12 @@ class LocalHandoff:
 
 
 @contextlib.asynccontextmanager
-async def decision(handoff: LocalHandoff | None) -> AsyncIterator[Decision]:
+async def decision(handoff: LocalHandoff | None) -> AsyncIterator[DecisionLeases]:
     """One decision transaction's hand-off, entered before the transaction begins and left
     after it ends (a no-op without a local worker): on a commit the leased attempts go to
     the worker and an attempt it serves left in the queue nudges it; on a failure (the
     rollback undid the leases) only the reserved slots are given back."""
-    current = Decision(handoff)
+    current = DecisionLeases(handoff)
     if handoff is None:
         yield current
         return
@@ -156,7 +156,7 @@ async def decision(handoff: LocalHandoff | None) -> AsyncIterator[Decision]:
 
 
 @dataclass
-class Decision:
+class DecisionLeases:
     """What one decision transaction reserved and leased for the local worker."""
 
     handoff: LocalHandoff | None
