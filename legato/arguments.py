@@ -124,9 +124,13 @@ def run_status(value: object) -> RunStatus:
 MAX_SEQ = 2**63 - 1
 
 
-def check_after_seq(after_seq: object) -> int:
+def check_after_seq(after_seq: object, option: str = "after_seq") -> int:
+    """A cursor of a run's history or progress, named ``option`` as its caller calls it."""
     if not _is_int(after_seq) or not 0 <= after_seq <= MAX_SEQ:
-        raise InvalidArgument(f"after_seq={after_seq!r} must be an int >= 0, at most {MAX_SEQ}")
+        raise InvalidArgument(
+            f"{option}={after_seq!r:.80} must be an int >= 0, at most {MAX_SEQ}: "
+            "the seq of the last entry seen, or 0 for all"
+        )
     return after_seq
 
 

@@ -46,7 +46,7 @@ async def _stream(
     client: RunReads, run_id: RunId, after: int
 ) -> AsyncGenerator[ProgressEntry, None]:
     run_id = as_run_id(run_id)
-    seq = check_after_seq(after)
+    seq = check_after_seq(after, "after")
     shard = await client._shard_of(run_id)
     if await client._read(lambda conn: runs.get(conn, shard, run_id)) is None:
         raise RunNotFound(f"no run {run_id}")

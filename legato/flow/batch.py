@@ -203,7 +203,9 @@ class _BatchDecorator:
 
     def __call__(self, fn: BatchBody[A, R], /) -> BatchTask[A, R]:
         options = dict(self.options)
-        name = options.pop("name") or getattr(fn, "__name__", "")
+        name = options.pop("name")  # None: the function's name; "" is refused as @task does
+        if name is None:
+            name = getattr(fn, "__name__", "")
         return BatchTask(fn, self.batch, name=name, **options)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -389,6 +390,66 @@ JUNK_CLIENT_CALLS: dict[str, tuple[type[LegatoError], str, ClientCall]] = {
         InvalidArgument,
         "bulk_rerun(where=None)",
         lambda c, _: c.bulk_rerun(None),  # type: ignore[arg-type]
+    ),
+    "stream after a bool": (
+        InvalidArgument,
+        "after=True must be an int >= 0",  # named as stream's parameter, not follow's
+        lambda c, run: c.stream(run, after=True).__anext__(),
+    ),
+    "stream after past bigint": (
+        InvalidArgument,
+        "after=9223372036854775808 must be an int >= 0",
+        lambda c, run: c.stream(run, after=2**63).__anext__(),
+    ),
+    "stream of no run id": (
+        InvalidRunId,
+        "run id None is not a UUID",
+        lambda c, _: c.stream(None).__anext__(),  # type: ignore[arg-type]
+    ),
+    "stream of an unknown run": (
+        RunNotFound,
+        "no run 01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f",
+        lambda c, _: c.stream("01936f9e-1c2a-7b3d-9e4f-0a1b2c3d4e5f").__anext__(),
+    ),
+    "rerun from_node not a str": (
+        InvalidArgument,
+        "from_node 5 must be a string, not int",
+        lambda c, run: c.rerun(run, from_node=5),  # type: ignore[arg-type]
+    ),
+    "rerun from_node padded": (
+        InvalidArgument,
+        "from_node ' price' must not start or end with a space",
+        lambda c, run: c.rerun(run, from_node=" price"),
+    ),
+    "rerun version in capitals": (
+        InvalidArgument,
+        "version='DEPLOYED' must be 'deployed'",
+        lambda c, run: c.rerun(run, version="DEPLOYED"),
+    ),
+    "bulk_rerun version None": (
+        InvalidArgument,
+        "version=None must be 'deployed'",
+        lambda c, _: c.bulk_rerun(RunFilter(), version=None),  # type: ignore[arg-type]
+    ),
+    "count_runs naive time": (
+        InvalidArgument,
+        "created_after=datetime.datetime(2026, 1, 1, 0, 0) must be a timezone-aware datetime",
+        lambda c, _: c.count_runs(RunFilter(created_after=datetime(2026, 1, 1))),
+    ),
+    "bulk_cancel status as text": (
+        InvalidArgument,
+        "status='failed' is not a run status (RUNNING,",
+        lambda c, _: c.bulk_cancel(RunFilter(status="failed")),  # type: ignore[arg-type]
+    ),
+    "bulk_cancel node with NUL": (
+        InvalidArgument,
+        "node 'a\\x00' contains the unprintable character U+0000",
+        lambda c, _: c.bulk_cancel(RunFilter(node="a\x00")),
+    ),
+    "start debounce not a Debounce": (
+        InvalidArgument,
+        "debounce='x' must be a legato.Debounce, or None",
+        lambda c, _: c.start(waits, 1, debounce="x"),  # type: ignore[call-overload]
     ),
     "bulk_cancel progress junk": (
         InvalidArgument,

@@ -33,6 +33,16 @@ def _ctx(attempt: int = 1) -> TaskContext:
     )
 
 
+def test_an_empty_name_is_refused_as_task_refuses_it() -> None:
+    async def body(ctx: BatchContext, items: list[int]) -> list[int]:
+        return items
+
+    with pytest.raises(TaskDefinitionError, match="name '' must not be empty"):
+        batch_task(Batch(max_size=2), name="")(body)
+    with pytest.raises(TaskDefinitionError, match=r"batch=5 must be a legato\.Batch"):
+        batch_task(5)(body)  # type: ignore[arg-type]
+
+
 def test_a_batch_is_declared_with_a_size_and_a_wait_in_range() -> None:
     for bad, says in (
         ({"max_size": 0}, "max_size must be an int from 1 to 1000"),
