@@ -2,7 +2,8 @@
 
 The workload of ``tests/integration/test_shard_statements.py`` (every node kind, a
 signal, a timer, a retry, a child run, a batched start, a cancel), with two subscribed
-webhook endpoints (one for every workflow, one for a workflow), runs on a distributed
+webhook endpoints (one for every workflow, one for a workflow) and a start on the
+caller's own connection, runs on a distributed
 install while every statement is recorded with its parameters (SQLAlchemy's cursor
 events: on a distributed install nothing takes the client's driver path). Each statement
 on a run-scoped table that is not a marked fan-out (``params.FAN_OUT``) is EXPLAINed on
@@ -17,16 +18,19 @@ from __future__ import annotations
 import re
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from legato import Runtime, webhooks
+from legato import Client, Runtime, webhooks
 from legato.engine.repositories.params import FAN_OUT
 from legato.runtime import Roles
+from tests.citus.cluster import Cluster
 from tests.e2e import flows
 from tests.helpers import eventually
 from tests.integration.test_shard_statements import (
     _STATEMENTS_NOT_PLANNED,
     RUN_SCOPED,
+    Sent,
     recorded,
     run_workload,
 )
@@ -60,8 +64,22 @@ def test_router_problems_reads_citus_plans() -> None:
     assert router_problems(["Seq Scan on runs"]) == ["no Citus task: planned on the coordinator"]
 
 
+async def _start_in_callers_transaction(engine: AsyncEngine, url: str) -> list[Sent]:
+    """A start on the caller's own connection (an engine of the application's, which no
+    Legato client adopted): what that engine sent."""
+    callers = create_async_engine(make_url(url).set(drivername="postgresql+asyncpg"))
+    try:
+        with recorded(callers) as sent:
+            async with Client(engine, app=flows.app) as client, callers.begin() as conn:
+                handle = await client.start(flows.sleepy, "mine", connection=conn)
+        assert (await client.get_run(handle.run_id)).run.input == "mine"
+    finally:
+        await callers.dispose()
+    return sent
+
+
 async def test_every_hot_statement_is_a_single_shard_router_statement(
-    citus_engine: AsyncEngine, citus_schema: str
+    citus_engine: AsyncEngine, citus_schema: str, citus_cluster: Cluster
 ) -> None:
     # Subscribed endpoints, so the decisions' lifecycle events are written to the outbox
     # (``routed.publish``) and the relay claims and reports them.
@@ -78,6 +96,7 @@ async def test_every_hot_statement_is_a_single_shard_router_statement(
             await relay.start()
             try:
                 driven = await run_workload(citus_engine, timeout=60)
+                sent += await _start_in_callers_transaction(citus_engine, citus_cluster.url)
                 await eventually(lambda: bool(some.unique()), "a delivery to the 2nd endpoint")
             finally:
                 await relay.stop()
