@@ -14,6 +14,7 @@ from legato.errors import ConfigurationError
 from legato.flow import App, WorkflowDefinition
 from legato.flow.spec import WorkflowSpec
 from legato.schema import SCHEMA_PLACEHOLDER
+from legato.schema.layout import ROUTED_OPTION, routed_engine
 
 
 class SpecVersions:
@@ -66,9 +67,12 @@ async def start_connection(
     connection: AsyncConnection | None,
     own: Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]],
     schema: str,
+    layout_of: AsyncEngine,
 ) -> AsyncIterator[AsyncConnection]:
-    """The caller's connection, pointed at Legato's ``schema`` for the duration (and put
-    back as it was), or one of the client's own from ``own``."""
+    """The caller's connection, pointed at Legato's ``schema`` and taking the statement
+    layout of the client's engine ``layout_of`` for the duration (and put back as it
+    was: on a distributed install the start is routed on the caller's connection too),
+    or one of the client's own from ``own``."""
     if connection is None:
         async with own() as conn:
             yield conn
@@ -79,11 +83,16 @@ async def start_connection(
             f"got driver {connection.dialect.driver!r}"
         )
     sync = connection.sync_connection
-    before = None if sync is None else sync.get_execution_options().get("schema_translate_map")
+    options = {} if sync is None else sync.get_execution_options()
+    before = options.get("schema_translate_map")
     await connection.execution_options(
-        schema_translate_map={**(before or {}), SCHEMA_PLACEHOLDER: schema}
+        schema_translate_map={**(before or {}), SCHEMA_PLACEHOLDER: schema},
+        **{ROUTED_OPTION: routed_engine(layout_of)},
     )
     try:
         yield connection
     finally:
-        await connection.execution_options(schema_translate_map=before)
+        await connection.execution_options(
+            schema_translate_map=before,
+            **{ROUTED_OPTION: options.get(ROUTED_OPTION, routed_engine(connection.engine))},
+        )

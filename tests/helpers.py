@@ -60,13 +60,24 @@ class Outcome:
     stderr: str
 
 
+# The shell's ``LEGATO_*`` variables, as they were when the tests started.
+_SHELL_SETTINGS = {key: value for key, value in os.environ.items() if key.startswith("LEGATO_")}
+
+
 async def spawn_legato(
     *args: str, env: Mapping[str, str] | None = None, stderr: int = asyncio.subprocess.PIPE
 ) -> asyncio.subprocess.Process:
-    """Start ``python -m legato ARGS`` as a user would, from the repository root, with no
-    ``LEGATO_*`` variables inherited and ``env`` added; stdout is a pipe, and so is stderr
-    unless ``stderr`` says otherwise (``asyncio.subprocess.STDOUT`` to interleave them)."""
-    inherited = {key: value for key, value in os.environ.items() if not key.startswith("LEGATO_")}
+    """Start ``python -m legato ARGS`` as a user would, from the repository root, with
+    ``env`` added; stdout is a pipe, and so is stderr unless ``stderr`` says otherwise
+    (``asyncio.subprocess.STDOUT`` to interleave them). The ``LEGATO_*`` variables of the
+    shell that started the tests are not inherited (a developer's settings must not
+    change a test); those a test or fixture set are (the Citus tests' ``LEGATO_SCHEMA``:
+    the commands and processes they start use the cluster's schema)."""
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("LEGATO_") or _SHELL_SETTINGS.get(key) != value
+    }
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

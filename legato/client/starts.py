@@ -128,10 +128,14 @@ class StartingRuns(RunReads):
                 # A signal to it from this client then needs no read of the run.
                 self._remember_workflow(new_id, name)
             else:
-                async with start_connection(connection, self._autocommit, self.schema) as conn:
+                async with start_connection(
+                    connection, self._autocommit, self.schema, self.engine
+                ) as conn:
                     await self._start(conn, shard, [new])
             return RunHandle(self, new_id, _typed(workflow))
-        async with start_connection(connection, self.engine.begin, self.schema) as conn:
+        async with start_connection(
+            connection, self.engine.begin, self.schema, self.engine
+        ) as conn:
             version = await self._version_in(conn, own, name)
             if idempotency_key is not None:
                 existing = await idempotency_keys.claim(
@@ -197,7 +201,9 @@ class StartingRuns(RunReads):
         new = runs.NewRun(
             shards.new_run_id(shard), name, 0, payload, trace_context=tracing.capture()
         )
-        async with start_connection(connection, self.engine.begin, self.schema) as conn:
+        async with start_connection(
+            connection, self.engine.begin, self.schema, self.engine
+        ) as conn:
             version = await self._version_in(conn, own, name)
             run_id = await start_debounced(
                 conn, shard, debounce, replace(new, workflow_version=version), datetime.now(UTC)
@@ -247,7 +253,9 @@ class StartingRuns(RunReads):
         trace = tracing.capture()
         if connection is not None:
             await self._versions.stored(self.engine, workflow)
-        async with start_connection(connection, self.engine.begin, self.schema) as conn:
+        async with start_connection(
+            connection, self.engine.begin, self.schema, self.engine
+        ) as conn:
             version = await self._versions.version_of(conn, workflow)
             for shard, group in sorted(by_shard.items()):
                 await self._start(

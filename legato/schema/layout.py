@@ -20,9 +20,12 @@ def mark_routed(engine: AsyncEngine) -> None:
 
 
 def routed(conn: AsyncConnection) -> bool:
-    """Whether ``conn`` (a connection of a distributed install's engine) takes the
+    """Whether ``conn`` (a connection of a distributed install's engine, or a caller's
+    connection a client starts runs on, ``legato.starting.start_connection``) takes the
     routed variants."""
-    return routed_engine(conn.engine)
+    sync = conn.sync_connection
+    options = sync.get_execution_options() if sync is not None else {}
+    return bool(options.get(ROUTED_OPTION, routed_engine(conn.engine)))
 
 
 def routed_engine(engine: AsyncEngine) -> bool:

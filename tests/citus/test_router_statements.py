@@ -1,7 +1,9 @@
 """On the cluster, every hot statement is a single-shard router statement.
 
 The workload of ``tests/integration/test_shard_statements.py`` (every node kind, a
-signal, a timer, a retry, a child run, a batched start, a cancel) runs on a distributed
+signal, a timer, a retry, a child run, a batched start, a cancel), with two subscribed
+webhook endpoints (one for every workflow, one for a workflow) and a start on the
+caller's own connection, runs on a distributed
 install while every statement is recorded with its parameters (SQLAlchemy's cursor
 events: on a distributed install nothing takes the client's driver path). Each statement
 on a run-scoped table that is not a marked fan-out (``params.FAN_OUT``) is EXPLAINed on
@@ -16,24 +18,25 @@ from __future__ import annotations
 import re
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from legato import Client, Runtime, webhooks
 from legato.engine.repositories.params import FAN_OUT
+from legato.runtime import Roles
+from tests.citus.cluster import Cluster
+from tests.e2e import flows
+from tests.helpers import eventually
 from tests.integration.test_shard_statements import (
     _STATEMENTS_NOT_PLANNED,
     RUN_SCOPED,
+    Sent,
     recorded,
     run_workload,
 )
+from tests.webhook_receiver import receiver
 
 _COORDINATOR_WORK = ("Distributed Subplan", "pull to coordinator", "repartition")
-
-# The one hot statement Citus does not route yet, by how its SQL begins: the outbox
-# rows of a decision's lifecycle events (``outbox.publish``). ``outbox.id`` is an
-# identity column, and Citus draws the sequence's values on the coordinator for an
-# INSERT ... SELECT, so it pulls the rows through it (one key still: one node). Routing
-# it means a multi-row VALUES of the matched endpoints; the test fails once it routes.
-NOT_YET_ROUTED = ("INSERT INTO {schema}.outbox (event_id, endpoint_id",)
 
 
 def router_problems(plan: list[str]) -> list[str]:
@@ -61,11 +64,44 @@ def test_router_problems_reads_citus_plans() -> None:
     assert router_problems(["Seq Scan on runs"]) == ["no Citus task: planned on the coordinator"]
 
 
+async def _start_in_callers_transaction(engine: AsyncEngine, url: str) -> list[Sent]:
+    """A start on the caller's own connection (an engine of the application's, which no
+    Legato client adopted): what that engine sent."""
+    callers = create_async_engine(make_url(url).set(drivername="postgresql+asyncpg"))
+    try:
+        with recorded(callers) as sent:
+            async with Client(engine, app=flows.app) as client, callers.begin() as conn:
+                handle = await client.start(flows.sleepy, "mine", connection=conn)
+        assert (await client.get_run(handle.run_id)).run.input == "mine"
+    finally:
+        await callers.dispose()
+    return sent
+
+
 async def test_every_hot_statement_is_a_single_shard_router_statement(
-    citus_engine: AsyncEngine, citus_schema: str
+    citus_engine: AsyncEngine, citus_schema: str, citus_cluster: Cluster
 ) -> None:
-    with recorded(citus_engine) as sent:
-        driven = await run_workload(citus_engine, timeout=60)
+    # Subscribed endpoints, so the decisions' lifecycle events are written to the outbox
+    # (``routed.publish``) and the relay claims and reports them.
+    async with receiver() as everything, receiver() as some:
+        await webhooks.add_endpoint(citus_engine, everything.url, "secret")
+        await webhooks.add_endpoint(citus_engine, some.url, "secret", workflows=["sleepy"])
+        relay = Runtime(
+            citus_engine,
+            flows.app,
+            roles=Roles(decider=False, worker=False, timer=False, deploy=False, relay=True),
+            poll_interval=0.2,
+        )
+        with recorded(citus_engine) as sent:
+            await relay.start()
+            try:
+                driven = await run_workload(citus_engine, timeout=60)
+                sent += await _start_in_callers_transaction(citus_engine, citus_cluster.url)
+                await eventually(lambda: bool(some.unique()), "a delivery to the 2nd endpoint")
+            finally:
+                await relay.stop()
+    assert {r.event["workflow"] for r in some.unique().values()} == {"sleepy"}
+    assert len(everything.unique()) > len(some.unique())
     # On a distributed install the client's start and signal are several statements in
     # a transaction (``legato.engine.repositories.routed``): none takes the driver path.
     assert not driven, driven
@@ -89,14 +125,9 @@ async def test_every_hot_statement_is_a_single_shard_router_statement(
                 continue
             checked[sql] = router_problems([str(row[0]) for row in plan])
     assert len(checked) >= 20, f"only {len(checked)} statements on run-scoped tables"
-    known = {head.format(schema=citus_schema) for head in NOT_YET_ROUTED}
-    failures = {
-        sql: problems
-        for sql, problems in checked.items()
-        if problems and not any(sql.startswith(head) for head in known)
-    }
-    routed_now = {h for h in known if any(s.startswith(h) and not p for s, p in checked.items())}
-    assert not routed_now, f"routed now, drop from NOT_YET_ROUTED: {routed_now}"
+    outbox = f"INSERT INTO {citus_schema}.outbox "
+    assert any(sql.startswith(outbox) for sql in checked), "no outbox insert was checked"
+    failures = {sql: problems for sql, problems in checked.items() if problems}
     assert not failures, f"{len(failures)} of {len(checked)} hot statements are not routed:\n" + (
         "\n".join(f"{'; '.join(p)}\n    in: {sql[:400]}" for sql, p in failures.items())
     )

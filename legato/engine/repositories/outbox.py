@@ -43,6 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from legato.engine.repositories import routed
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     fan_out,
@@ -56,6 +57,7 @@ from legato.engine.repositories.params import (
     uuid_array,
 )
 from legato.schema import Outbox, Runs, WebhookEndpoints
+from legato.schema.layout import routed as routes
 from legato.schema.types import JSON_VALUE
 
 
@@ -111,7 +113,6 @@ class Failure:
     retry_in: timedelta | None
 
 
-
 async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) -> None:
     """Write each event of runs of key ``shard`` once per endpoint subscribed to its type
     and its run's workflow (decider loop: ``DeciderLoop._failed`` for a quarantine;
@@ -120,8 +121,11 @@ async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) ->
     commit or roll back together. One ``INSERT ... SELECT`` over ``unnest``: the
     endpoints are a handful of rows read whole, the run's workflow comes from the
     ``runs`` primary key (one partition per run), the rows take the key from the one
-    parameter ``shard``. With no endpoint subscribed it inserts nothing."""
-    if events:
+    parameter ``shard``. With no endpoint subscribed it inserts nothing. On a distributed
+    install ``routed.publish``."""
+    if events and routes(conn):
+        await routed.publish(conn, shard, events)
+    elif events:
         await conn.execute(_publish_statement(), published_params(shard, events))
 
 
@@ -237,9 +241,7 @@ async def claim_held(
     single-node installation, one claim per tick over its due held keys): the oldest due
     deliveries of any of those keys, each row leased in its own key; the same limits
     and locks. ``ix_outbox_relay_due``, one range per key (``shard = ANY``)."""
-    return await _claim(
-        conn, {"in_shards": list(keys)}, limit, lease, per_endpoint, in_flight
-    )
+    return await _claim(conn, {"in_shards": list(keys)}, limit, lease, per_endpoint, in_flight)
 
 
 async def _claim(

@@ -19,11 +19,12 @@ the function's docstring names its caller and its index.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
@@ -32,15 +33,19 @@ from sqlalchemy import (
     Select,
     Text,
     Uuid,
+    any_,
     bindparam,
     case,
     cast,
+    column,
     func,
     insert,
     literal,
     literal_column,
+    or_,
     select,
 )
+from sqlalchemy import Sequence as Sequence_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -59,8 +64,23 @@ from legato.engine.repositories.params import (
     shard_param,
     uuid_array,
 )
-from legato.schema import DecideQueue, RunEvents, Runs, RunStatus, Signals
-from legato.schema.types import uuid7
+from legato.schema import (
+    DecideQueue,
+    Outbox,
+    RunEvents,
+    Runs,
+    RunStatus,
+    Signals,
+    WebhookEndpoints,
+)
+from legato.schema.types import JSON_VALUE, uuid7
+
+if TYPE_CHECKING:
+    from legato.engine.repositories.outbox import Event as LifecycleEvent
+
+# The identity sequence of ``outbox.id`` (``legato`` is the schema placeholder the
+# engine's schema_translate_map renames).
+OUTBOX_IDS = Sequence_("outbox_id_seq", schema=Outbox.table.schema)
 
 
 @cache
@@ -262,6 +282,96 @@ async def write_decisions(
         await wake(conn, tasks_channel, [str(params[SHARD_PARAM])])
     await wake(conn, events_channel, list(history))
     return set(result.scalars())
+
+
+# --- outbox.publish ------------------------------------------------------------------
+
+
+async def publish(conn: AsyncConnection, shard: int, events: Sequence[LifecycleEvent]) -> None:
+    """``outbox.publish`` routed, in the caller's transaction: first the endpoints
+    subscribed to each event's type, each pair with an outbox id drawn there (a read of
+    the reference table ``webhook_endpoints``, which Citus runs on the coordinator's own
+    placement; with no endpoint, the usual case, nothing more is sent); then the pairs
+    of runs of key ``:in_shard`` whose workflow the endpoint takes, anchored to their
+    runs. Two statements because Citus routes an INSERT ... SELECT only when it has
+    neither the identity default (a sequence's values are drawn on the coordinator, so
+    the rows are pulled through it) nor a reference table (then it plans one task per
+    shard). ``webhook_endpoints`` whole; the runs' primary key, led by the key."""
+    matched = (
+        await conn.execute(_subscribed_statement(), {"types": [e.type for e in events]})
+    ).all()
+    if not matched:
+        return
+    pairs = [(events[at - 1], endpoint, workflows, id) for at, endpoint, workflows, id in matched]
+    await conn.execute(
+        _published_statement(),
+        {
+            SHARD_PARAM: shard,
+            "ids": [id for _, _, _, id in pairs],
+            "event_ids": [event.event_id for event, _, _, _ in pairs],
+            "endpoint_ids": [endpoint for _, endpoint, _, _ in pairs],
+            "run_ids": [event.run_id for event, _, _, _ in pairs],
+            "types": [event.type for event, _, _, _ in pairs],
+            "payloads": [JSON_VALUE.dump_text(event.payload) for event, _, _, _ in pairs],
+            "workflows": [None if w is None else json.dumps(list(w)) for _, _, w, _ in pairs],
+        },
+    )
+
+
+@cache
+def _subscribed_statement() -> Select[Any]:
+    wanted = (
+        func.unnest(bindparam("types", type_=ARRAY(Text())))
+        .table_valued(column("type", Text()), with_ordinality="place")
+        .render_derived(name="wanted")
+    )
+    return (
+        select(
+            wanted.c.place,
+            WebhookEndpoints.id,
+            WebhookEndpoints.workflows,
+            OUTBOX_IDS.next_value(),
+        )
+        .select_from(wanted)
+        .join(WebhookEndpoints.table, wanted.c.type == any_(WebhookEndpoints.event_types))
+        .order_by(wanted.c.place, WebhookEndpoints.id)
+    )
+
+
+@cache
+def _published_statement() -> Insert:
+    pairs = rows_of(
+        "pairs",
+        id=bindparam("ids", type_=ARRAY(BigInteger())),
+        event_id=uuid_array("event_ids"),
+        endpoint_id=bindparam("endpoint_ids", type_=ARRAY(BigInteger())),
+        run_id=uuid_array("run_ids"),
+        type=bindparam("types", type_=ARRAY(Text())),
+        payload=bindparam("payloads", type_=ARRAY(Text())),
+        workflows=bindparam("workflows", type_=ARRAY(Text())),
+    )
+    source = (
+        select(
+            pairs.c.id,
+            pairs.c.event_id,
+            pairs.c.endpoint_id,
+            pairs.c.run_id,
+            Runs.workflow_name,
+            pairs.c.type,
+            cast(pairs.c.payload, JSONB),
+            Runs.shard,
+        )
+        .select_from(Runs.table.join(pairs, Runs.id == pairs.c.run_id))
+        .where(
+            Runs.shard == shard_param(),
+            or_(
+                pairs.c.workflows.is_(None),
+                cast(pairs.c.workflows, JSONB).has_key(Runs.workflow_name),
+            ),
+        )
+    )
+    columns = ["id", "event_id", "endpoint_id", "run_id", "workflow_name", "event_type"]
+    return insert(Outbox.table).from_select([*columns, "payload", "shard"], source)
 
 
 # --- wake-ups ------------------------------------------------------------------------
