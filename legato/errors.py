@@ -194,3 +194,9 @@ class ProgressTooLarge(LegatoError):
 class BatchOutputMismatch(LegatoError):
     """A batch task (``@batch_task``) returned something other than a list of one output
     per input: each attempt of the batch fails with it, not retried."""
+
+
+class FairShareKeyError(LegatoError):
+    """A ``FairShare`` key or weight function raised, or returned something that is no
+    key (a non-empty printable str or an int) or no weight (an int from 1 to 1000): the
+    attempt fails with it, not retried."""

@@ -45,6 +45,7 @@ from legato.db import listen_engine
 from legato.db.schema_names import engine_schema
 from legato.db.server_check import check_database
 from legato.engine.deploy import deploy_workflows
+from legato.engine.fair_keys import FairKeys
 from legato.engine.input_check import InputChecks
 from legato.engine.loops.decider import DeciderLoop
 from legato.engine.loops.lease_sweeper import LeaseSweeper
@@ -250,6 +251,7 @@ class Runtime:
             # The process's decider loops share its decider keys.
             decider_keys = self._lease(shards, "decider")
             inputs = InputChecks(app.workflows)
+            fair = FairKeys(app.tasks) if any(t.fair_share for t in app.tasks.values()) else None
             helper: DeciderLoop | None = None
             for i in reversed(range(deciders)):
                 helper = DeciderLoop(
@@ -265,6 +267,7 @@ class Runtime:
                     handoff=self.handoff,
                     restarts=restarts,
                     inputs=inputs,
+                    fair=fair,
                 )
                 self.decider_loops.insert(0, helper)
             self.loops += self.decider_loops

@@ -9,6 +9,7 @@ tokens last (:func:`admit`, pure), lease the admitted and hand them their slots,
 write the buckets back. Everything not admitted stays queued, unlocked at commit,
 in its place: it is taken by a later claim once a slot frees or a token refills.
 Slots and buckets are global (not run-scoped): a limit counts every key's attempts.
+A fair queue's candidates come in the fair claim's order (``fair_claims``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import concurrency, rate_limits, task_queue
+from legato.engine.repositories import concurrency, fair_claims, rate_limits, task_queue
 from legato.engine.repositories.concurrency import SlotKey
 from legato.flow import App
 from legato.flow.tasks import concurrency_name, queue_limit_name, rate_name
@@ -78,6 +79,7 @@ class Admission:
         self.queues = list(queues)
         self.task_names = list(task_names)
         self.queue_limits = {q: n for q, n in app.queue_limits.items() if q in self.queues}
+        self.fair_queues = {t.queue for t in app.tasks.values() if t.fair_share is not None}
 
     @classmethod
     def of(cls, app: App, queues: Sequence[str], task_names: Sequence[str]) -> Admission | None:
@@ -120,7 +122,8 @@ class Admission:
     ) -> list[task_queue.Claimed]:
         """Lease up to ``want`` attempts of key ``shard`` in ``queue`` the limits admit
         (worker loop, in a transaction of its own; see the module docstring)."""
-        candidates = await task_queue.lock_candidates(
+        lock = fair_claims if queue in self.fair_queues else task_queue
+        candidates = await lock.lock_candidates(
             conn, shard, queue, self.task_names, self.window(want)
         )
         if not candidates:

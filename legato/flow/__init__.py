@@ -21,6 +21,7 @@ from legato.flow.definition import (
     WorkflowDefinition,
     workflow,
 )
+from legato.flow.fair_share import FairShare
 from legato.flow.spec import (
     SpecError,
     VersionDecision,
@@ -50,6 +51,7 @@ __all__ = [
     "Cache",
     "Concurrency",
     "FailureInfo",
+    "FairShare",
     "Flow",
     "InputValidationError",
     "Node",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from legato.errors import TaskDefinitionError
+from legato.flow.fair_share import FairShare
 from legato.flow.spec import RetrySpec
 from legato.limits import (
     MAX_ATTEMPTS,
@@ -172,19 +173,27 @@ def _check_key_and_name(option: str, key: object, name: object) -> None:
         check_name(f"{option}: name", name, TaskDefinitionError)
 
 
-def check_key_arity(label: str, limit: Concurrency | RateLimit | Cache, arity: int) -> None:
-    """A limit's or cache's ``key`` is called with the task's inputs: one that cannot take
-    them would fail on every attempt, far from the declaration."""
-    if limit.key is None:
-        return
-    try:
-        signature = inspect.signature(limit.key)
-    except (TypeError, ValueError):  # a builtin without a signature: not checkable
-        return
-    try:
-        signature.bind(*range(arity))
-    except TypeError as error:
-        raise TaskDefinitionError(
-            f"{label}: {type(limit).__name__}(key={limit.key!r}) cannot take the task's "
-            f"{arity} input(s) ({error}): key is called with the inputs, as key(*inputs)"
-        ) from None
+def check_key_arity(
+    label: str, limit: Concurrency | RateLimit | Cache | FairShare, arity: int
+) -> None:
+    """A limit's, cache's or fair share's ``key`` (and a fair share's ``weight`` function)
+    is called with the task's inputs: one that cannot take them would fail on every
+    attempt, far from the declaration."""
+    functions = {"key": limit.key}
+    if isinstance(limit, FairShare) and callable(limit.weight):
+        functions["weight"] = limit.weight
+    for option, function in functions.items():
+        if function is None:
+            continue
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):  # a builtin without a signature: not checkable
+            continue
+        try:
+            signature.bind(*range(arity))
+        except TypeError as error:
+            raise TaskDefinitionError(
+                f"{label}: {type(limit).__name__}({option}={function!r}) cannot take the "
+                f"task's {arity} input(s) ({error}): {option} is called with the inputs, as "
+                f"{option}(*inputs)"
+            ) from None

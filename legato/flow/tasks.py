@@ -19,7 +19,9 @@ from typing import Generic, TypeVar, overload
 from pydantic import JsonValue, TypeAdapter
 
 from legato.context import TaskCancelled, TaskContext
+from legato.errors import FairShareKeyError
 from legato.errors import TaskDefinitionError as TaskDefinitionError
+from legato.flow.fair_share import FairShare
 from legato.flow.spec import TaskSpec, TimeoutSpec
 from legato.flow.task_options import MAX_LIMIT, check_key_arity, is_int
 
@@ -94,6 +96,7 @@ class TaskDefinition:
         rate_limit: RateLimit | None = None,
         cache: Cache | None = None,
         transactional: bool = False,
+        fair_share: FairShare | None = None,
     ) -> None:
         label = f"task {getattr(fn, '__qualname__', repr(fn))}"
         self.fn = fn
@@ -120,6 +123,7 @@ class TaskDefinition:
             ("concurrency", concurrency, Concurrency),
             ("rate_limit", rate_limit, RateLimit),
             ("cache", cache, Cache),
+            ("fair_share", fair_share, FairShare),
         ):
             if value is not None and not isinstance(value, kind):
                 raise TaskDefinitionError(
@@ -130,6 +134,7 @@ class TaskDefinition:
         self.concurrency = concurrency
         self.rate_limit = rate_limit
         self.cache = cache
+        self.fair_share = fair_share
         self.transactional = _check_transactional(label, transactional, self.start_to_close)
         self._params = tuple(adapter_for(t) for t in self.param_types)
         self._result = adapter_for(self.return_type)
@@ -192,12 +197,16 @@ class TaskDefinition:
     async def invoke(self, ctx: TaskContext, args: JsonValue) -> JsonValue:
         """Validate ``args`` (a JSON list), call the function, return its result as JSON."""
         values = self.parse_args(args)
+        if self.fair_share is not None:
+            # The decider enqueued an attempt whose key it could not compute as unkeyed:
+            # it fails here, in its history, not in the decider's loop.
+            self.fair_share.of(self.name, values)
         result = await self.fn(ctx, *values)
         return self.dump_result(result)
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Whether a failed attempt that raised ``exc`` may be retried (budget permitting)."""
-        if isinstance(exc, TaskCancelled | TaskArgumentsError):
+        if isinstance(exc, TaskCancelled | TaskArgumentsError | FairShareKeyError):
             return False
         if isinstance(exc, self.retry.dont_retry_on):
             return False
@@ -283,6 +292,7 @@ class _TaskDecorator:
     rate_limit: RateLimit | None = None
     cache: Cache | None = None
     transactional: bool = False
+    fair_share: FairShare | None = None
 
     @overload
     def __call__(self, fn: Callable[[TaskContext], Awaitable[R]], /) -> Task0[R]: ...
@@ -325,6 +335,7 @@ class _TaskDecorator:
             rate_limit=self.rate_limit,
             cache=self.cache,
             transactional=self.transactional,
+            fair_share=self.fair_share,
         )
 
 
@@ -341,6 +352,7 @@ def task(
     rate_limit: RateLimit | None = None,
     cache: Cache | None = None,
     transactional: bool = False,
+    fair_share: FairShare | None = None,
 ) -> _TaskDecorator:
     """Register an async function ``(ctx: TaskContext, *inputs) -> R`` as a task.
 
@@ -352,7 +364,8 @@ def task(
 
     ``concurrency``, ``rate_limit`` and ``cache`` are enforced by the workers (see
     docs/flows.md): they change when an attempt starts, or whether it runs at all,
-    never the workflow's spec.
+    never the workflow's spec. ``fair_share`` shares the task's queue between the values
+    of its key (docs/flows.md, "Fair share per key").
     ``transactional=True`` (which needs ``start_to_close``) runs the body inside a
     transaction on Legato's database, reachable as ``ctx.connection``; the worker
     applies the attempt's completion in that transaction, so the body's writes and its
@@ -370,6 +383,7 @@ def task(
         rate_limit=rate_limit,
         cache=cache,
         transactional=transactional,
+        fair_share=fair_share,
     )
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Index,
     Integer,
     PrimaryKeyConstraint,
+    SmallInteger,
     Uuid,
     false,
     text,
@@ -255,6 +256,10 @@ class TaskQueueColumns(TableColumns):
     lease_owner = text_col(nullable=True)
     lease_expires_at = time_col()
     shard = shard_col()
+    # A fair queue's rows (``FairShare``, migration 0017): the attempt's key ('' for a
+    # task of the queue without one) and weight; NULL on every other queue.
+    fair_key = text_col(nullable=True)
+    fair_weight = Column(SmallInteger, nullable=True)
 
 
 TaskQueue = TaskQueueColumns(
@@ -268,6 +273,17 @@ TaskQueue = TaskQueueColumns(
         text("priority DESC"),
         "available_at",
         postgresql_where=text("lease_expires_at IS NULL"),
+    ),
+    # The worker loop's fair claim within one key and queue: the distinct waiting keys
+    # (a loose index scan), then each key's best rows. Only fair queues' rows enter it.
+    Index(
+        "ix_task_queue_fair",
+        "shard",
+        "queue",
+        "fair_key",
+        text("priority DESC"),
+        "available_at",
+        postgresql_where=text("lease_expires_at IS NULL AND fair_key IS NOT NULL"),
     ),
     # The lease sweeper, within one key: leased rows by expiry.
     Index(

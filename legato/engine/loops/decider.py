@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.engine import hooks
 from legato.engine.decider.backoff import exponential
+from legato.engine.fair_keys import FairKeys
 from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
 from legato.engine.loops.decision_batch import (
@@ -84,6 +85,7 @@ class DeciderLoop(Loop):
         handoff: LocalHandoff | None = None,
         restarts: RestartPolicy | None = None,
         inputs: InputChecks | None = None,
+        fair: FairKeys | None = None,
     ) -> None:
         schema = engine.get_execution_options()["schema_translate_map"]["legato"]
         # No channel for the base loop: this loop subscribes itself, for the payload.
@@ -100,6 +102,7 @@ class DeciderLoop(Loop):
         self.max_failures = max_failures
         self.specs = SpecCache()
         self.inputs = inputs  # the app's input models, for runs started from SQL
+        self.fair = fair  # the app's fair queues, whose enqueued rows get keys
         self.decided = 0
         self.takes = 0  # decide_queue takes sent (one per key and tick it was dirty)
         # A sibling loop in this process, woken when this one finds more than one run
@@ -228,7 +231,8 @@ class DeciderLoop(Loop):
                 if self.helper is not None and self._backlog(len(claimed)):
                     self.helper.decide_now(keys)  # more may wait in these keys
                 batch = await decide_runs(
-                    conn, self.shards, self._keys_of(claimed), claimed, self.specs, now, self.inputs
+                    conn, self.shards, self._keys_of(claimed), claimed, self.specs, now,
+                    self.inputs, self.fair,
                 )
                 for shard, rows in batch.enqueues_by_key().items():
                     await local.lease(conn, shard, rows, now)
@@ -256,7 +260,8 @@ class DeciderLoop(Loop):
                 try:
                     async with conn.begin_nested():
                         batch = await decide_runs(
-                            conn, self.shards, [shard], [run_id], self.specs, now, self.inputs
+                            conn, self.shards, [shard], [run_id], self.specs, now,
+                            self.inputs, self.fair,
                         )
                         await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:

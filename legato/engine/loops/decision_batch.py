@@ -20,7 +20,7 @@ from typing import assert_never
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine import hooks
+from legato.engine import fair_keys, hooks
 from legato.engine.decider.decide import decide
 from legato.engine.decider.model import (
     Action,
@@ -112,6 +112,7 @@ class Batch:
     finishes: list[tuple[runs.RunRow, FinishRun]] = field(default_factory=list)
     facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
     lifecycle: list[outbox.Event] = field(default_factory=list)  # webhooks, same transaction
+    fair: fair_keys.FairKeys | None = None  # the app's fair queues, whose rows get keys
 
     def enqueues_by_key(self) -> dict[int, list[task_queue.NewQueueRow]]:
         """The attempts this batch enqueues, by their runs' keys, keys ascending."""
@@ -153,6 +154,7 @@ class Batch:
                         )
                     )
                 case EnqueueTask():
+                    key, weight = fair_keys.row_key(self.fair, action, self.creates)
                     self.enqueues.append(
                         task_queue.NewQueueRow(
                             queue=action.queue,
@@ -162,6 +164,8 @@ class Batch:
                             task_name=action.task_name,
                             priority=action.priority,
                             available_at=action.available_at,
+                            fair_key=key,
+                            fair_weight=weight,
                         )
                     )
                 case ArmTimer():
@@ -296,6 +300,7 @@ async def decide_runs(
     specs: SpecCache,
     now: datetime,
     inputs: InputChecks | None = None,
+    fair: fair_keys.FairKeys | None = None,
 ) -> Batch:
     """Lock, load, decide and apply a batch of runs of ``keys``, in the caller's
     transaction. In the distributed layout ``keys`` is one key and every statement is
@@ -320,6 +325,7 @@ async def decide_runs(
         shards=shards,
         shard=keys[0] if shards.distributed else None,
         queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
+        fair=fair,
     )
     for run, last_seq in running:
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)

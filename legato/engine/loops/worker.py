@@ -50,7 +50,7 @@ from legato.engine.loops.worker_attempts import (
 from legato.engine.loops.worker_leases import keep_leases
 from legato.engine.progress_writer import with_progress
 from legato.engine.reports import Report, apply_reports
-from legato.engine.repositories import notify, queue_leases, task_queue, tasks
+from legato.engine.repositories import fair_claims, notify, queue_leases, task_queue, tasks
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.flow import App
@@ -114,6 +114,8 @@ class Worker(Loop):
         # Per queue: None unless the queue or a task served from it is limited (then the
         # limited claim), else the one-statement claim.
         self._admissions = {q: Admission.of(app, (q,), self.task_names) for q in queues}
+        # Queues a task of the app shares fairly between keys (FairShare): claimed per key.
+        self._fair = {t.queue for t in app.tasks.values() if t.fair_share} & set(queues)
         # What a local decision may hand this worker (legato.engine.transport.handoff): what it
         # claims, less what a limit admits through Admission.
         self.serves = frozenset((q, t) for q in queues for t in self.task_names)
@@ -253,7 +255,7 @@ class Worker(Loop):
         one queue did before keys. A claim of the dirty keys alone left the attempts
         whose NOTIFY had not arrived yet to claims of their own."""
         first, queue = pair
-        if self.shards.distributed or self._admissions[queue] is not None:
+        if self.shards.distributed or self._admissions[queue] is not None or queue in self._fair:
             return []
         for dirty in [dirty for dirty in self._dirty if dirty[1] == queue]:
             del self._dirty[dirty]
@@ -270,6 +272,11 @@ class Worker(Loop):
         # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
         async with self.engine.connect() as conn:
             autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            if queue in self._fair:
+                (shard,) = keys
+                return await fair_claims.claim(
+                    autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
+                )
             if self.shards.distributed:
                 (shard,) = keys
                 return await task_queue.claim(

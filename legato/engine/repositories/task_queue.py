@@ -55,7 +55,8 @@ class NewQueueRow(NamedTuple):
     """A ``task_queue`` row: an attempt workers of ``queue`` may claim from ``available_at``.
 
     Its key is the batch's (``enqueued_params(shard, rows)``): every row of a batch
-    belongs to runs of that one key."""
+    belongs to runs of that one key. ``fair_key``/``fair_weight``: set on a fair queue's
+    rows only (``legato.engine.fair_keys``)."""
 
     queue: str
     task_id: uuid.UUID
@@ -64,6 +65,8 @@ class NewQueueRow(NamedTuple):
     task_name: str
     priority: int
     available_at: datetime
+    fair_key: str | None = None
+    fair_weight: int | None = None
 
 
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
