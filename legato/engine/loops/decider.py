@@ -161,7 +161,7 @@ class DeciderLoop(Loop):
         """A tick that found nothing more to do sleeps only once the held keys' sleep
         flags are set, so that their next writer NOTIFYs (``decider_sleep``)."""
         return await self._take_dirty() or await self.sleep_gate.keep_ticking(
-            self.held.held(), self._sleep
+            self.held.held(), self._sleep, self.decided
         )
 
     async def _take_dirty(self) -> bool:

@@ -31,25 +31,29 @@ class SleepGate:
         self.enabled = not routed_engine(engine)
         self.most_between_looks = min(_LAST_LOOK, poll_interval)
         self.sleeps = 0  # times the flags were set (each allows one NOTIFY per key)
-        self._in_flight = 0  # BUSY answers in a row
+        self._unsettled = 0  # answers other than ASLEEP since the loop last decided a run
+        self._decided = -1  # the loop's count of decided runs at the last call
 
     async def keep_ticking(
-        self, keys: Collection[int], pause: Callable[[float], Awaitable[None]]
+        self, keys: Collection[int], pause: Callable[[float], Awaitable[None]], decided: int
     ) -> bool:
         """False when the decider may sleep (its keys' flags are set, or there are no
-        flags here); True to tick again: at once when a run is due, after ``pause``
-        when a writer was in flight."""
+        flags here); True to tick again: at once when a run is due, after ``pause`` when
+        a writer was in flight or the last look's due run was not the loop's to take (a
+        sibling deciding it). ``decided`` is the loop's count of decided runs: the pause
+        starts again from 1 ms once the loop made progress."""
         if not self.enabled or not keys:
             return False
+        if decided != self._decided:
+            self._decided, self._unsettled = decided, 0
         async with self.engine.connect() as conn:
             autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
             answer = await decider_sleep.settle(autocommit, list(keys))
-        if answer is Settled.BUSY:
-            self._in_flight += 1
-            await pause(exponential(_FIRST_LOOK, self._in_flight, self.most_between_looks))
-            return True
-        self._in_flight = 0
         if answer is Settled.ASLEEP:
+            self._unsettled = 0
             self.sleeps += 1
             return False
+        self._unsettled += 1
+        if answer is Settled.BUSY or self._unsettled > 1:
+            await pause(exponential(_FIRST_LOOK, self._unsettled, self.most_between_looks))
         return True
