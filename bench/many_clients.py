@@ -20,8 +20,10 @@ import asyncpg
 
 from bench.flows import app, one
 from bench.harness import Figure, Server, Target
+from bench.procs import Fleet
 from bench.scenarios import Options
 from legato import Client
+from legato.engine.repositories import notify
 
 CLIENTS = 32
 PROCESSES = 4
@@ -43,18 +45,48 @@ async def _for_window(callers: list[Callable[[int], Awaitable[None]]], seconds: 
     return done
 
 
-async def _starts(target: Target, clients: int, seconds: float) -> float:
+async def _starts(
+    target: Target, clients: int, seconds: float, heard: list[float] | None = None
+) -> float:
     """One-at-a-time ``Client.start`` from ``clients`` concurrent callers of one Client
-    (its pool one connection per caller); runs per second."""
+    (its pool one connection per caller); runs per second. With ``heard`` (a counter of
+    decide NOTIFYs, in its one item), it ends holding the NOTIFYs per timed start."""
     engine = target.engine(pool_size=clients, max_overflow=0)
     try:
         async with Client(engine, app=app) as client:
             await _for_window([lambda i: _started(client, i)] * clients, 0.2)  # warm the pool
+            before = heard[0] if heard else 0
             t0 = time.perf_counter()
             n = await _for_window([lambda i: _started(client, i)] * clients, seconds)
-            return n / (time.perf_counter() - t0)
+            rate = n / (time.perf_counter() - t0)
+            if heard:
+                await asyncio.sleep(0.2)  # the window's last notifications, still in flight
+                heard[0] = (heard[0] - before) / n if n else 0
+            return rate
     finally:
         await engine.dispose()
+
+
+async def _starts_beside_a_decider(target: Target, clients: int, seconds: float) -> list[float]:
+    """``_starts`` while a decider process decides the runs (as in production): the
+    start rate and the decide NOTIFYs per start (one each before migration 0018; only
+    the starts that find a decider asleep notify after it)."""
+    listener = await asyncpg.connect(target.direct_url)
+    heard = [0.0]
+
+    def count(*_: object) -> None:
+        heard[0] += 1
+
+    await listener.add_listener(notify.decide_channel(target.schema), count)
+    fleet = Fleet(target, workers=0, deciders=1)
+    try:
+        await asyncio.to_thread(fleet.start)
+        fleet.release()
+        rate = await _starts(target, clients, seconds, heard)
+        return [rate, heard[0]]
+    finally:
+        await asyncio.to_thread(fleet.shutdown)
+        await listener.close()
 
 
 async def _started(client: Client, i: int) -> None:
@@ -136,6 +168,7 @@ async def scenario_clients(server: Server, opts: Options) -> list[Figure]:
         "bare, 1 client": await _bare(target, 1, seconds, notify=False),
         "starts, 1 client": await _starts(target, 1, seconds),
     }
+    beside = await _starts_beside_a_decider(target, CLIENTS, seconds)
     spread = {
         what: await asyncio.to_thread(_in_processes, target, what, PROCESSES, per_process, seconds)
         for what in ("starts", "bare")
@@ -157,6 +190,17 @@ async def scenario_clients(server: Server, opts: Options) -> list[Figure]:
         _ratio(f"starts / bare commits, {CLIENTS} clients", one["starts"], one["bare"]),
         _ratio(f"bare + NOTIFY / bare commits, {CLIENTS} clients", one["bare+notify"], one["bare"]),
         _ratio("starts / bare commits, 1 client", one["starts, 1 client"], one["bare, 1 client"]),
+        Figure(
+            "clients",
+            f"starts, {CLIENTS} clients, a decider running",
+            beside[0],
+            "runs/s",
+            settings,
+        ),
+        _ratio(
+            f"starts beside a decider / bare commits, {CLIENTS} clients", beside[0], one["bare"]
+        ),
+        Figure("clients", "decide NOTIFYs per start, a decider running", beside[1], "", settings),
         Figure(
             "clients",
             f"starts, {PROCESSES} processes x {per_process} clients",

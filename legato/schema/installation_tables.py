@@ -221,6 +221,23 @@ Installation = InstallationColumns(
 every Client and Runtime at connect (``legato.db.server_check.check_database``)."""
 
 
+class DeciderSleepColumns(TableColumns):
+    """Columns of ``decider_sleep`` (migration 0018)."""
+
+    shard = shard_col()
+    asleep: Column[bool] = Column(Boolean, nullable=False, server_default=false())
+
+
+DeciderSleep = DeciderSleepColumns(
+    "decider_sleep",
+    PrimaryKeyConstraint("shard"),
+)
+"""Per shard key, whether a decider holding it sleeps on LISTEN: set by the decider
+before it sleeps, cleared by the first writer of the key's decide_queue rows, whose
+trigger then NOTIFYs; while it is clear no writer notifies (docs/design.md, "A NOTIFY
+only for a sleeping decider")."""
+
+
 class ShardOwnersColumns(TableColumns):
     """Columns of ``shard_owners`` (migration 0011)."""
 

@@ -30,6 +30,8 @@ from legato.schema.columns import (
 from legato.schema.installation_tables import (
     ConcurrencySlots,
     ConcurrencySlotsColumns,
+    DeciderSleep,
+    DeciderSleepColumns,
     Installation,
     InstallationColumns,
     Outbox,
@@ -81,6 +83,8 @@ __all__ = [
     "DebouncesColumns",
     "DecideQueue",
     "DecideQueueColumns",
+    "DeciderSleep",
+    "DeciderSleepColumns",
     "IdempotencyKeys",
     "IdempotencyKeysColumns",
     "Installation",

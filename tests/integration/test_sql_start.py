@@ -184,6 +184,8 @@ async def test_a_delay_holds_the_first_decision(
         ("'no_such_flow'", "unknown workflow 'no_such_flow'", "deployed now: receipt"),
         ("''", "needs a workflow name", "start_run_v1('signup'"),
         ("'receipt', delay => interval '-1 second'", "is negative", "zero or more"),
+        ("'receipt', delay => 'infinity'", "delay infinity is not finite", "a finite delay"),
+        ("'receipt', delay => '-infinity'", "delay -infinity is not finite", "a finite delay"),
         ("'receipt', shard_key => ''", "shard_key '' must be", "tenant or account id"),
         ("'receipt', idempotency_key => ''", "idempotency_key '' must be", "makes the start"),
         (

@@ -1,21 +1,18 @@
-"""What a start, a scheduled start and a decision batch NOTIFY (migration 0016): a start
-wakes the deciders once and no live tail, a start due later wakes no one, and a
-statement appending history for many runs sends one notification per hundred runs."""
+"""What a start, a scheduled start and a decision batch NOTIFY (migrations 0016, 0018): a
+start wakes a sleeping decider once and no live tail, a start while no decider sleeps or
+due later wakes no one, and a statement appending history for many runs sends one
+notification per hundred runs."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, TaskContext, task, workflow
-from legato.db.schema_names import engine_schema
-from legato.engine.repositories import notify, run_events
-from legato.engine.transport.wakeups import Wakeups
-from tests.helpers import eventually
+from legato.engine.repositories import decide_queue, decider_sleep, notify, run_events
+from legato.engine.repositories.decider_sleep import Settled
+from tests.integration.notifications import Heard
 
 
 @task()
@@ -28,56 +25,29 @@ def echoed(flow: Flow[int]) -> Node[int]:
     return flow.run(echo, flow.input)
 
 
-class Heard:
-    """Every notification on the schema's decide, tasks and events channels, in order;
-    ``settled`` waits for a sentinel sent after the commits under test, which the server
-    delivers after their notifications (a listener gets them in commit order)."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.schema = engine_schema(engine, "the test")
-        self.wakeups = Wakeups(engine)
-        self.got: list[tuple[str, str]] = []
-        self.sentinel = f"{self.schema}_test_sentinel"
-
-    async def __aenter__(self) -> Heard:
-        for channel in (
-            notify.decide_channel(self.schema),
-            notify.tasks_channel(self.schema),
-            notify.events_channel(self.schema),
-            self.sentinel,
-        ):
-            await self.wakeups.subscribe(channel, self._heard(channel))
-        return self
-
-    def _heard(self, channel: str) -> Callable[[str], None]:
-        return lambda payload: self.got.append((channel, payload))
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.wakeups.close()
-
-    async def settled(self) -> list[tuple[str, str]]:
-        """The notifications of everything committed before this call, then cleared."""
-        mark = uuid.uuid4().hex
-        async with self.engine.begin() as conn:
-            await conn.execute(select(func.pg_notify(self.sentinel, mark)))
-        await eventually(lambda: (self.sentinel, mark) in self.got, "the sentinel")
-        heard = self.got[: self.got.index((self.sentinel, mark))]
-        del self.got[:]
-        return heard
-
-
-async def test_a_start_wakes_the_deciders_once_and_a_start_due_later_wakes_no_one(
+async def test_a_start_wakes_a_sleeping_decider_once_and_no_one_else(
     engine: AsyncEngine,
 ) -> None:
     async with Client(engine, app=App([echoed])) as client, Heard(engine) as heard:
         await client.deploy()
+        shards = await client.shards()
         await heard.settled()
-        handle = await client.start(echoed, 1)
-        shard = (await client.shards()).of_run(handle.run_id)
-        assert await heard.settled() == [(notify.decide_channel(heard.schema), str(shard))]
+        await client.start(echoed, 0)
+        assert await heard.settled() == [], "no decider sleeps: no NOTIFY"
 
-        await client.start(echoed, 2, start_at=datetime.now(UTC) + timedelta(hours=1))
+        async with engine.connect() as conn:
+            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            assert await decider_sleep.settle(autocommit, shards.all()) is Settled.WORK
+            await decide_queue.take_held(autocommit, shards.all(), shards.count, 10)
+            assert await decider_sleep.settle(autocommit, shards.all()) is Settled.ASLEEP
+        await client.start(echoed, 1, shard_key="tenant")
+        shard = shards.of_key("tenant")
+        assert await heard.settled() == [(notify.decide_channel(heard.schema), str(shard))]
+        await client.start(echoed, 2, shard_key="tenant")
+        assert await heard.settled() == [], "the first start cleared the key's flag"
+
+        # Every other key's flag is still set, and a start due later wakes no one.
+        await client.start(echoed, 3, start_at=datetime.now(UTC) + timedelta(hours=1))
         assert await heard.settled() == []
 
 

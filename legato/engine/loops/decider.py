@@ -37,6 +37,7 @@ from legato.engine.decider.backoff import exponential
 from legato.engine.fair_keys import FairKeys
 from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
+from legato.engine.loops.decider_sleep import SleepGate
 from legato.engine.loops.decision_batch import (
     SpecCache,
     decide_runs,
@@ -115,6 +116,7 @@ class DeciderLoop(Loop):
         # Keys that may have runs to decide, in the order they are taken.
         self._dirty: dict[int, None] = {}
         self._all_marked_at = -float("inf")  # when every held key was last marked dirty
+        self.sleep_gate = SleepGate(engine, poll_interval)  # sets the keys' sleep flags
 
     async def run(self) -> None:
         """Listen on the decide channel for the keys with new work, then run the loop."""
@@ -159,6 +161,13 @@ class DeciderLoop(Loop):
         return keys
 
     async def tick(self) -> bool:
+        """A tick that found nothing more to do sleeps only once the held keys' sleep
+        flags are set, so that their next writer NOTIFYs (``decider_sleep``)."""
+        return await self._take_dirty() or await self.sleep_gate.keep_ticking(
+            self.held.held(), self._sleep, self.decided
+        )
+
+    async def _take_dirty(self) -> bool:
         """One take per dirty held key (distributed layout, each key's batch in its own
         transaction), or, when any held key is dirty, one take over every held key (one
         PostgreSQL); True when a take came back full (its keys stay dirty) or a key was

@@ -77,7 +77,10 @@ def _compile_schema_function(element: _SchemaFunction, compiler: SQLCompiler, **
     return name + compiler.process(element.clause_expr, **kw)
 
 
-def _function(conn: AsyncConnection, name: str, *args: Any, type_: Any = None) -> _SchemaFunction:
+def schema_function(
+    conn: AsyncConnection, name: str, *args: Any, type_: Any = None
+) -> _SchemaFunction:
+    """A call of Legato's SQL function ``name`` in ``conn``'s schema."""
     return _SchemaFunction(schema_name(conn), name, *args, type_=type_)
 
 
@@ -95,7 +98,7 @@ async def ensure(conn: AsyncConnection, months_ahead: int = 3, days_ahead: int =
         raise ValueError("months_ahead and days_ahead must be zero or more")
     result = await conn.execute(
         select(
-            _function(
+            schema_function(
                 conn,
                 "ensure_partitions_v1",
                 literal(months_ahead, Integer()),
@@ -145,7 +148,7 @@ async def drop(
     ``ix_runs_active``) is kept and reported, never dropped.
     """
     check_retention_cutoff(older_than, datetime.now(UTC))
-    rows = _function(
+    rows = schema_function(
         conn,
         "drop_partitions_v1",
         literal(older_than, DateTime(timezone=True)),

@@ -1,0 +1,40 @@
+"""``decider_sleep``: whether a decider sleeps on LISTEN, per shard key (migration 0018).
+
+A writer of ``decide_queue`` (a start, a signal, a report, a timer) NOTIFYs a key only
+when its flag is set, and clears it in the same statement (the queue's trigger); the
+decider sets the flags of the keys it holds just before it sleeps. docs/design.md ("A
+NOTIFY only for a sleeping decider") has why no wake-up is lost.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from sqlalchemy import SmallInteger, Text, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from legato.engine.repositories.params import FAN_OUT
+from legato.engine.repositories.partitions import schema_function
+
+
+class Settled(enum.StrEnum):
+    """What ``decider_sleeps_v1`` answered a decider about to sleep."""
+
+    ASLEEP = "asleep"  # the flags are set: the next writer of each key notifies
+    WORK = "work"  # a run is due: take it instead of sleeping
+    BUSY = "busy"  # a writer is in flight: look again shortly (its commit may add work)
+
+
+async def settle(conn: AsyncConnection, keys: Sequence[int]) -> Settled:
+    """Set the sleep flag of every key in ``keys`` unless a run of theirs is due or a
+    writer of their decide_queue rows is in flight (decider loop, when a tick found
+    nothing more to do). One call of ``decider_sleeps_v1`` (autocommit it at once: it
+    holds every key's exclusive advisory lock to its transaction's end); its look for
+    due work is served by ``ix_decide_queue_decider`` (shard, available_at), one range
+    per key, and the flags by their primary key. A fan-out: every key the loop holds."""
+    keys_param = literal(sorted(keys), ARRAY(SmallInteger()))
+    call = select(schema_function(conn, "decider_sleeps_v1", keys_param, type_=Text()))
+    answer = await conn.scalar(call.prefix_with(FAN_OUT))
+    return Settled(answer)

@@ -1,0 +1,167 @@
+"""A decide NOTIFY only for a sleeping decider (migration 0018, docs/design.md "A NOTIFY
+only for a sleeping decider"): of many concurrent writers one notifies per sleep, a
+writer in flight keeps the decider from sleeping until its commit is visible, and under
+load from many clients every run is decided with the deciders' polls an hour apart (so
+only a NOTIFY or a decider's own look can have moved them) and far fewer NOTIFYs than
+starts or signals."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from legato import App, Client, Flow, Node, RunStatus, Runtime, TaskContext, task, workflow
+from legato.engine.repositories import decide_queue, decider_sleep
+from legato.engine.repositories.decider_sleep import Settled
+from legato.models import RunFilter
+from tests.helpers import eventually
+from tests.integration.notifications import Heard
+
+STARTERS = 32  # concurrent clients
+STARTS = 320
+
+
+@task()
+async def double(ctx: TaskContext, value: int) -> int:
+    return 2 * value
+
+
+@workflow("slept")
+def doubled(flow: Flow[int]) -> Node[int]:
+    return flow.run(double, flow.input)
+
+
+@workflow("slept_signalled")
+def signalled(flow: Flow[int]) -> Node[int]:
+    return flow.run(double, flow.wait_for_event("go", int))
+
+
+app = App([doubled, signalled])
+
+
+async def _settle(engine: AsyncEngine, keys: range) -> Settled:
+    async with engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return await decider_sleep.settle(autocommit, keys)
+
+
+async def _sql_start(conn: AsyncConnection, value: int) -> None:
+    await conn.execute(
+        text(
+            "SELECT legato.start_run_v1('slept', to_jsonb(CAST(:value AS int)), "
+            "shard_key => 'tenant')"
+        ),
+        {"value": value},
+    )
+
+
+async def _concurrently(count: int, one: Callable[[int], Awaitable[object]]) -> None:
+    """``one(0) .. one(count - 1)``, at most ``STARTERS`` at a time."""
+    gate = asyncio.Semaphore(STARTERS)
+
+    async def gated(index: int) -> None:
+        async with gate:
+            await one(index)
+
+    await asyncio.gather(*(gated(index) for index in range(count)))
+
+
+async def test_of_many_concurrent_starts_one_notifies_per_sleep(engine: AsyncEngine) -> None:
+    async with Client(engine, app=app) as client, Heard(engine) as heard:
+        await client.deploy()
+        shards = await client.shards()
+        assert await _settle(engine, shards.all()) is Settled.ASLEEP
+        await heard.settled()
+        await _concurrently(
+            STARTERS * 2, lambda value: client.start(doubled, value, shard_key="tenant")
+        )
+        assert await heard.settled() == [(heard.decide_channel, str(shards.of_key("tenant")))]
+
+
+async def test_a_writer_in_flight_keeps_the_decider_awake_until_its_run_is_seen(
+    engine: AsyncEngine,
+) -> None:
+    """The race the flags must close: the decider looks for work while a start has
+    read the flag (clear) and not yet committed. It may not sleep then: it is told to
+    look again, and once the start commits it finds its run."""
+    async with Client(engine, app=app) as client, Heard(engine) as heard:
+        await client.deploy()
+        shards = await client.shards()
+        async with engine.connect() as writer:
+            await _sql_start(writer, 1)  # its trigger read the flag: clear, no NOTIFY
+            assert await _settle(engine, shards.all()) is Settled.BUSY
+            await writer.commit()
+        assert await heard.settled() == []
+        assert await _settle(engine, shards.all()) is Settled.WORK
+
+        async with engine.begin() as conn:
+            assert len(await decide_queue.take_held(conn, shards.all(), shards.count, 10)) == 1
+        assert await _settle(engine, shards.all()) is Settled.ASLEEP
+        async with engine.begin() as conn:  # the flag was set before it: it notifies
+            await _sql_start(conn, 2)
+        assert await heard.settled() == [(heard.decide_channel, str(shards.of_key("tenant")))]
+
+
+async def _sleeps(runtime: Runtime) -> int:
+    return sum(loop.sleep_gate.sleeps for loop in runtime.decider_loops)
+
+
+async def _all_done(client: Client, workflow: str) -> bool:
+    done = await client.count_runs(RunFilter(workflow=workflow, status=RunStatus.SUCCEEDED))
+    return done == STARTS
+
+
+async def _decide_notifies(heard: Heard) -> int:
+    return sum(1 for channel, _ in await heard.settled() if channel == heard.decide_channel)
+
+
+async def test_starts_from_many_clients_are_decided_with_far_fewer_notifies(
+    engine: AsyncEngine,
+) -> None:
+    async with (
+        Runtime(engine, app, poll_interval=3600) as runtime,
+        Client(engine, app=app) as client,
+        Heard(engine) as heard,
+    ):
+        await eventually(lambda: _sleeps_now(runtime), "the deciders asleep")
+        await heard.settled()
+        sleeps_before = await _sleeps(runtime)
+        await _concurrently(STARTS, lambda value: client.start(doubled, value, shard_key="t"))
+        # The deciders poll once an hour: only NOTIFYs and their own looks move runs.
+        await eventually(lambda: _all_done(client, "slept"), "every run decided", timeout=120)
+        notified = await _decide_notifies(heard)
+        sleeps = await _sleeps(runtime) - sleeps_before
+    assert notified <= sleeps, "at most one NOTIFY per sleep of the deciders"
+    assert notified * 4 < STARTS, f"{notified} NOTIFYs for {STARTS} starts"
+
+
+def _sleeps_now(runtime: Runtime) -> bool:
+    return all(loop.sleep_gate.sleeps > 0 for loop in runtime.decider_loops)
+
+
+async def test_signals_from_many_clients_are_decided_with_far_fewer_notifies(
+    engine: AsyncEngine,
+) -> None:
+    async with (
+        Runtime(engine, app, poll_interval=3600) as runtime,
+        Client(engine, app=app) as client,
+        Heard(engine) as heard,
+    ):
+        handles = await client.start_many(signalled, list(range(STARTS)), shard_key="t")
+        run_ids = [str(handle.run_id) for handle in handles]
+        await eventually(lambda: _sleeps_now(runtime), "the deciders asleep")
+        await heard.settled()
+        sleeps_before = await _sleeps(runtime)
+
+        await _concurrently(STARTS, lambda index: client.signal(run_ids[index], "go", index))
+        await eventually(
+            lambda: _all_done(client, "slept_signalled"), "every run decided", timeout=120
+        )
+        notified = await _decide_notifies(heard)
+        sleeps = await _sleeps(runtime) - sleeps_before
+    assert notified <= sleeps, "at most one NOTIFY per sleep of the deciders"
+    assert notified * 4 < STARTS, f"{notified} NOTIFYs for {STARTS} signals"
+
