@@ -26,7 +26,7 @@ Citus (``legato.distributed``) drops the decide triggers and its routed statemen
 notify themselves; its deciders do not use the flags.
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 """
 
 from __future__ import annotations
