@@ -15,7 +15,6 @@ from sqlalchemy import (
     Index,
     Integer,
     PrimaryKeyConstraint,
-    SmallInteger,
     Uuid,
     false,
     text,
@@ -259,7 +258,7 @@ class TaskQueueColumns(TableColumns):
     # A fair queue's rows (``FairShare``, migration 0017): the attempt's key ('' for a
     # task of the queue without one) and weight; NULL on every other queue.
     fair_key = text_col(nullable=True)
-    fair_weight = Column(SmallInteger, nullable=True)
+    fair_weight = Column(Integer, nullable=True)
 
 
 TaskQueue = TaskQueueColumns(

@@ -33,7 +33,7 @@ def upgrade() -> None:
     schema = migration_schema()
     op.add_column("task_queue", sa.Column("fair_key", sa.Text(), nullable=True), schema=schema)
     op.add_column(
-        "task_queue", sa.Column("fair_weight", sa.SmallInteger(), nullable=True), schema=schema
+        "task_queue", sa.Column("fair_weight", sa.Integer(), nullable=True), schema=schema
     )
     op.execute(
         f"CREATE INDEX {_q(INDEX)} ON {_q(schema)}.task_queue "
