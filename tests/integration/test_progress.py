@@ -113,7 +113,7 @@ async def test_a_stream_of_a_bad_cursor_or_unknown_run_is_refused(engine: AsyncE
     async with Client(engine, app=app) as client:
         with pytest.raises(RunNotFound, match="no run"):
             await _all(client, uuid7())
-        with pytest.raises(InvalidArgument, match="after_seq=-1"):
+        with pytest.raises(InvalidArgument, match="after=-1 must be an int >= 0"):
             await _all(client, uuid7(), after=-1)
 
 
