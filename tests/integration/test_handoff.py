@@ -211,3 +211,26 @@ async def test_an_absorbed_notification_is_dropped_once(engine: AsyncEngine) -> 
         assert woken.is_set()
     finally:
         await wakeups.close()
+
+
+async def test_an_absorbed_notification_with_a_payload_drops_that_payload_only(
+    engine: AsyncEngine,
+) -> None:
+    """A decision handing off attempts of two keys absorbs each key's queue NOTIFY: one
+    absorbed per payload, the others heard."""
+    wakeups = Wakeups(engine)
+    heard: list[str] = []
+    try:
+        await wakeups.subscribe("legato_test_absorb", heard.append)
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            for key in ("3", "5"):
+                wakeups.absorb("legato_test_absorb", driver.get_server_pid(), key)
+            for payload in ("1", "3", "5", "3", "last"):
+                await conn.execute(select(func.pg_notify("legato_test_absorb", payload)))
+                await conn.commit()
+        await eventually(lambda: "last" in heard, "the last notification")
+        assert heard == ["1", "3", "last"]
+    finally:
+        await wakeups.close()
