@@ -8,6 +8,11 @@ the rows of members whose lease expired, and rewrite its own keys with
 ``legato.engine.shard_share.rebalance``. There is no leader and no other membership
 service: the rows are the membership, and the keys end up shared out evenly.
 
+A round that changed its keys (or a member's first) NOTIFYs the shard owners channel
+when the role has other members, naming its role and itself; a member runs a round on
+another member of its role's notification only (every role of every process shares the
+channel, and a lone member has no one to tell).
+
 While it is under its quota (a member joined or left and keys are changing hands) it
 runs its rounds fifteen times per time to live instead of three, so a key given up by
 another member is taken within a fraction of a second, not a third of the lease.
@@ -139,7 +144,10 @@ class ShardLease(Loop):
                 result = await shard_owners.rebalance_round(
                     conn, self.role, self.owner, self.shards.count, self.ttl
                 )
-                if not self._joined or tuple(sorted(result.shards)) != self._held:
+                changed = not self._joined or tuple(sorted(result.shards)) != self._held
+                # A lone member (one process per role, the common case) has no one to
+                # tell: every listening connection would commit once per delivery.
+                if changed and len(result.members) > 1:
                     await notify.send(conn, self._announce, announcement(self.role, self.owner))
             self._joined = True
             self._deadline = started + self.ttl.total_seconds()
