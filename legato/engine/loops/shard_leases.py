@@ -115,9 +115,14 @@ class ShardLease(Loop):
         self._expired_warned = False
         self._round_lock = asyncio.Lock()
         self._joined = False  # its first round announces it
+        self._round_due = True  # the next tick runs a round (see ``run``)
 
     async def run(self) -> None:
         """Listen for the announcements of the role's other members, then run the rounds."""
+        # After ``start_round`` (the runtime's, before its loops take) the loop's first
+        # round waits a renewal interval, as every later one does: run at once it would
+        # be a second transaction per lease at every start, renewing what was just taken.
+        self._round_due = not self._joined
         async with payloads(self._wakeups, self._announce, self._on_announcement):
             await super().run()
 
@@ -128,6 +133,7 @@ class ShardLease(Loop):
         NOTIFY delivery): only this role's, and not this member's own, wake it."""
         role, owner = announced_by(payload)
         if role == self.role and owner != self.owner:
+            self._round_due = True
             self.nudge()
 
     def held(self) -> Sequence[int]:
@@ -163,7 +169,9 @@ class ShardLease(Loop):
     async def tick(self) -> bool:
         """One round; a database error is retried by ``Loop`` (the keys are kept until
         the lease would have expired, see ``held``)."""
-        await self.start_round()
+        if self._round_due:
+            await self.start_round()
+        self._round_due = True
         return False
 
     async def on_stop(self) -> None:
