@@ -334,19 +334,24 @@ class Runtime:
                 loop.nudge()
 
     async def _first_rounds(self) -> None:
-        """Hold this process's keys before its loops take: each lease's first round (one
-        that fails on a database error is retried by its own loop)."""
-        for lease in self.shard_leases:
-            try:
-                await lease.start_round()
-            except Exception as error:
-                if not is_database_error(error):
-                    raise
-                log.warning(
-                    "%s: cannot take shard keys yet (%s); retrying",
-                    lease.name,
-                    database_failure(error),
-                )
+        """Hold this process's keys before its loops take: each lease's first round, all
+        at once (each role's round locks only that role; one after another they delayed
+        the loops' first takes by a round trip per role). A round that fails on a
+        database error is retried by its own loop."""
+        await asyncio.gather(*(self._first_round(lease) for lease in self.shard_leases))
+
+    @staticmethod
+    async def _first_round(lease: ShardLease) -> None:
+        try:
+            await lease.start_round()
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            log.warning(
+                "%s: cannot take shard keys yet (%s); retrying",
+                lease.name,
+                database_failure(error),
+            )
 
     async def deploy(self) -> dict[str, int]:
         """Store the app's workflows and mark them deployed (new runs by name use them)."""

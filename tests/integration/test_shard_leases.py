@@ -222,3 +222,48 @@ async def test_a_joining_member_gets_its_share_at_once_when_the_members_listen(
             )
     finally:
         await wakeups.close()
+
+
+class _CountedLease(ShardLease):
+    """A lease that counts its rounds."""
+
+    rounds = 0
+
+    async def start_round(self) -> shard_owners.Round:
+        self.rounds += 1
+        return await super().start_round()
+
+
+async def test_a_member_wakes_for_its_own_roles_announcements_only(
+    engine: AsyncEngine,
+) -> None:
+    """Every role of every process announces on one channel: a round of another role,
+    or the member's own, does not run a round (a transaction) of this one; another
+    member of its role does."""
+    minute = timedelta(seconds=60)
+    wakeups = Wakeups(engine)
+    try:
+        decider = _CountedLease(engine, "decider", "m-1", EIGHT, ttl=minute, wakeups=wakeups)
+        await decider.start_round()
+        async with _running([decider]):
+            await eventually(
+                lambda: wakeups.listens(notify.shard_owners_channel("legato")),
+                "the member to listen",
+            )
+            rounds = decider.rounds  # the loop's first round waits a renewal interval
+            for n in range(3):
+                timer = ShardLease(engine, "timer", f"t-{n}", EIGHT, ttl=minute)
+                await timer.start_round()  # a joining member of another role announces
+                await timer.on_stop()  # and announces again as it leaves
+            # A member of its role joins: heard after the other role's announcements
+            # (one listen connection delivers in commit order).
+            joiner = ShardLease(engine, "decider", "m-2", EIGHT, ttl=minute)
+            await joiner.start_round()
+            await eventually(lambda: decider.rounds > rounds, "the decider's round")
+            await eventually(lambda: len(decider.held()) == 4, "the decider to give up half")
+            # The joiner's round, then the decider's own announcement of its new keys:
+            # one round for the joiner, none for its own.
+            assert decider.rounds == rounds + 1, (decider.rounds, rounds)
+            await joiner.on_stop()
+    finally:
+        await wakeups.close()

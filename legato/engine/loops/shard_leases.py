@@ -8,6 +8,11 @@ the rows of members whose lease expired, and rewrite its own keys with
 ``legato.engine.shard_share.rebalance``. There is no leader and no other membership
 service: the rows are the membership, and the keys end up shared out evenly.
 
+A round that changed its keys (or a member's first) NOTIFYs the shard owners channel
+when the role has other members, naming its role and itself; a member runs a round on
+another member of its role's notification only (every role of every process shares the
+channel, and a lone member has no one to tell).
+
 While it is under its quota (a member joined or left and keys are changing hands) it
 runs its rounds fifteen times per time to live instead of three, so a key given up by
 another member is taken within a fraction of a second, not a third of the lease.
@@ -37,7 +42,7 @@ from legato.db.schema_names import engine_schema
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import notify, shard_owners
 from legato.engine.shard_share import describe
-from legato.engine.transport.wakeups import Wakeups
+from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.errors import ConfigurationError
 from legato.outages import database_failure, is_database_error
 from legato.schema.shards import Shards
@@ -48,6 +53,18 @@ DEFAULT_SHARD_TTL = timedelta(seconds=15)
 # Rounds per time to live: settled, and while keys are changing hands.
 _RENEWALS_PER_TTL = 3
 _SETTLING_ROUNDS_PER_TTL = 15
+
+
+def announcement(role: str, owner: str) -> str:
+    """The payload of a member's NOTIFY on the shard owners channel (pure)."""
+    return f"{role}\n{owner}"
+
+
+def announced_by(payload: str) -> tuple[str, str]:
+    """The (role, owner) an announcement names (pure); a payload without an owner (a
+    hand-sent NOTIFY) names its whole text as the role and no owner."""
+    role, _, owner = payload.rpartition("\n")
+    return (role, owner) if role else (payload, "")
 
 
 class ShardLease(Loop):
@@ -78,11 +95,12 @@ class ShardLease(Loop):
         seconds = check_positive_seconds("ShardLease(ttl)", ttl.total_seconds())
         # With ``wakeups``, a round that changed the role wakes its other members' rounds
         # (a joining process gets its share in milliseconds, not a third of a lease).
+        # No channel for the base loop: this lease subscribes itself, for the payload.
         self._announce = notify.shard_owners_channel(engine_schema(engine, "ShardLease"))
         super().__init__(
             poll_interval=seconds / _RENEWALS_PER_TTL,
             wakeups=wakeups,
-            channel=self._announce if wakeups is not None else None,
+            channel=None,
             restarts=restarts,
         )
         self.name = f"{role} shard lease"
@@ -97,6 +115,26 @@ class ShardLease(Loop):
         self._expired_warned = False
         self._round_lock = asyncio.Lock()
         self._joined = False  # its first round announces it
+        self._round_due = True  # the next tick runs a round (see ``run``)
+
+    async def run(self) -> None:
+        """Listen for the announcements of the role's other members, then run the rounds."""
+        # After ``start_round`` (the runtime's, before its loops take) the loop's first
+        # round waits a renewal interval, as every later one does: run at once it would
+        # be a second transaction per lease at every start, renewing what was just taken.
+        self._round_due = not self._joined
+        async with payloads(self._wakeups, self._announce, self._on_announcement):
+            await super().run()
+
+    def _on_announcement(self, payload: str) -> None:
+        """Another member of this role changed its keys, joined or left: run a round now.
+        Every role of every process shares the channel, so a round for each would be a
+        transaction per lease per announcement (and, on an idle connection, a commit per
+        NOTIFY delivery): only this role's, and not this member's own, wake it."""
+        role, owner = announced_by(payload)
+        if role == self.role and owner != self.owner:
+            self._round_due = True
+            self.nudge()
 
     def held(self) -> Sequence[int]:
         """The keys held now, ascending; none once the lease could not be renewed in time."""
@@ -112,8 +150,11 @@ class ShardLease(Loop):
                 result = await shard_owners.rebalance_round(
                     conn, self.role, self.owner, self.shards.count, self.ttl
                 )
-                if not self._joined or tuple(sorted(result.shards)) != self._held:
-                    await notify.send(conn, self._announce, self.role)
+                changed = not self._joined or tuple(sorted(result.shards)) != self._held
+                # A lone member (one process per role, the common case) has no one to
+                # tell: every listening connection would commit once per delivery.
+                if changed and len(result.members) > 1:
+                    await notify.send(conn, self._announce, announcement(self.role, self.owner))
             self._joined = True
             self._deadline = started + self.ttl.total_seconds()
             if self._expired_warned:
@@ -128,7 +169,9 @@ class ShardLease(Loop):
     async def tick(self) -> bool:
         """One round; a database error is retried by ``Loop`` (the keys are kept until
         the lease would have expired, see ``held``)."""
-        await self.start_round()
+        if self._round_due:
+            await self.start_round()
+        self._round_due = True
         return False
 
     async def on_stop(self) -> None:
@@ -139,7 +182,7 @@ class ShardLease(Loop):
             try:
                 async with self.engine.begin() as conn:
                     await shard_owners.leave(conn, self.role, self.owner)
-                    await notify.send(conn, self._announce, self.role)
+                    await notify.send(conn, self._announce, announcement(self.role, self.owner))
             except Exception as error:
                 if not is_database_error(error):
                     raise

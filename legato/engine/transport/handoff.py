@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from legato.engine.transport.wakeups import Wakeups
 
 # What :func:`absorb` registered: (channel, backend pid), or nothing.
-Absorbed = tuple[str, int] | None
+Absorbed = tuple[str, int, str | None] | None
 
 
 class LocalSlots(Protocol):
@@ -80,18 +80,21 @@ def eligible(
     return chosen
 
 
-async def absorb(wakeups: Wakeups | None, conn: AsyncConnection, channel: str) -> Absorbed:
-    """Drop the notification on ``channel`` that the transaction on ``conn`` sends at
-    commit (its decide or task queue trigger's), because the caller wakes the loop it
-    concerns in memory: without this the loop would wake twice and its second tick
-    would find nothing. Give it back with :func:`unabsorb` if the commit fails."""
+async def absorb(
+    wakeups: Wakeups | None, conn: AsyncConnection, channel: str, payload: str | None = None
+) -> Absorbed:
+    """Drop the notification on ``channel`` (with ``payload``, when given) that the
+    transaction on ``conn`` sends at commit (its decide or task queue trigger's), because
+    the caller wakes the loop it concerns in memory: without this the loop would wake
+    twice and its second tick would find nothing. Give it back with :func:`unabsorb` if
+    the commit fails."""
     if wakeups is None:
         return None
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None  # the connection is checked out: it has its driver's
     pid = int(driver.get_server_pid())  # asyncpg's, no round trip
-    wakeups.absorb(channel, pid)
-    return channel, pid
+    wakeups.absorb(channel, pid, payload)
+    return channel, pid, payload
 
 
 def unabsorb(wakeups: Wakeups | None, absorbed: Absorbed) -> None:
@@ -146,7 +149,8 @@ async def decision(handoff: LocalHandoff | None) -> AsyncIterator[DecisionLeases
         yield current
     except BaseException:
         worker.unreserve(current.reserved)
-        unabsorb(handoff.wakeups, current.absorbed)
+        for absorbed in current.absorbed:
+            unabsorb(handoff.wakeups, absorbed)
         raise
     worker.accept(current.leased)
     worker.unreserve(current.reserved)
@@ -163,7 +167,7 @@ class DecisionLeases:
     reserved: int = 0
     leased: list[task_queue.Claimed] = field(default_factory=list)
     left_queued: set[int] = field(default_factory=set)  # keys with served work left queued
-    absorbed: Absorbed = None
+    absorbed: list[Absorbed] = field(default_factory=list)  # one per key it notifies
 
     async def lease(
         self,
@@ -190,9 +194,13 @@ class DecisionLeases:
             self.leased += await task_queue.hand_off(
                 conn, shard, keys, worker.worker_id, worker.lease
             )
-        if self.absorbed is None:
-            # The enqueue NOTIFYs once per key and transaction (PostgreSQL folds
-            # repeats); the local worker has what it can run, or is nudged for what stays
-            # queued. A transaction enqueueing into a second key lets its NOTIFY through:
-            # an extra claim, never a lost one.
-            self.absorbed = await absorb(self.handoff.wakeups, conn, self.handoff.tasks_channel)
+        if any(row.available_at <= now for row in rows):
+            # The enqueue NOTIFYs once per key with due rows and transaction (PostgreSQL
+            # folds repeats; the payload is the key): the local worker has what it can
+            # run of this key, or is nudged for what stays queued, so this key's
+            # notification is dropped. Rows due later than the decision's clock may or
+            # may not notify (the trigger's second of slack): theirs is let through, an
+            # extra claim, never a lost one.
+            self.absorbed.append(
+                await absorb(self.handoff.wakeups, conn, self.handoff.tasks_channel, str(shard))
+            )

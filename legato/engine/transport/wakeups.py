@@ -49,25 +49,28 @@ class Wakeups:
         self._lock = asyncio.Lock()
         # (channel, backend pid) -> notifications to drop: this process's own commits
         # whose work it already handed over in memory (legato.engine.transport.handoff).
-        self._absorbed: Counter[tuple[str, int]] = Counter()
+        self._absorbed: Counter[tuple[str, int, str | None]] = Counter()
 
-    def absorb(self, channel: str, pid: int) -> None:
-        """Drop the next notification on ``channel`` from backend ``pid``: the caller's
-        transaction on that backend notifies at commit, and the caller wakes whoever it
-        concerns in memory. Call before the commit; :meth:`unabsorb` if it fails."""
-        self._absorbed[(channel, pid)] += 1
+    def absorb(self, channel: str, pid: int, payload: str | None = None) -> None:
+        """Drop the next notification on ``channel`` from backend ``pid`` (the next with
+        ``payload``, when given: a transaction notifying once per key absorbs the keys it
+        wakes in memory, and each arrives apart): the caller's transaction on that
+        backend notifies at commit, and the caller wakes whoever it concerns in memory.
+        Call before the commit; :meth:`unabsorb` if it fails."""
+        self._absorbed[(channel, pid, payload)] += 1
 
-    def unabsorb(self, channel: str, pid: int) -> None:
-        key = (channel, pid)
+    def unabsorb(self, channel: str, pid: int, payload: str | None = None) -> None:
+        key = (channel, pid, payload)
         if self._absorbed[key] > 1:
             self._absorbed[key] -= 1
         else:
             self._absorbed.pop(key, None)
 
     def _on_notify(self, _conn: Any, pid: int, channel: str, payload: str) -> None:
-        if (channel, pid) in self._absorbed:
-            self.unabsorb(channel, pid)
-            return
+        for absorbed in ((channel, pid, payload), (channel, pid, None)):
+            if absorbed in self._absorbed:
+                self.unabsorb(*absorbed)
+                return
         for event in self._events.get(channel, ()):
             event.set()
         for handler in self._payload_handlers.get(channel, ()):
