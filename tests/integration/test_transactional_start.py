@@ -13,6 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from examples.signup import Signup, app, signup
 from legato import Client, InvalidInput, RunNotFound, RunStatus
 from legato.db.urls import resolve_url
+from legato.engine.repositories import decider_sleep
+from legato.engine.repositories.decider_sleep import Settled
 
 # The user's own table, in the user's schema: their engine knows nothing of Legato's.
 _metadata = MetaData()
@@ -101,6 +103,10 @@ async def test_a_committed_start_exists_with_the_callers_rows_and_wakes_the_deci
     engine: AsyncEngine, user_engine: AsyncEngine, listener: _Listener
 ) -> None:
     async with Client(engine) as client:
+        async with engine.connect() as sleeper:  # a decider asleep: the start must wake it
+            autocommit = await sleeper.execution_options(isolation_level="AUTOCOMMIT")
+            keys = (await client.shards()).all()
+            assert await decider_sleep.settle(autocommit, keys) is Settled.ASLEEP
         async with user_engine.begin() as conn:
             await conn.execute(accounts.insert().values(id=1, email="ada@example.com"))
             handle = await client.start(signup, Signup(email="ada@example.com"), connection=conn)
