@@ -124,7 +124,7 @@ async def publish(conn: AsyncConnection, shard: int, events: Sequence[Event]) ->
     parameter ``shard``. With no endpoint subscribed it inserts nothing. On a distributed
     install ``routed.publish``."""
     if events and routes(conn):
-        await routed.publish(conn, shard, events)
+        await routed.publish(conn, published_params(shard, events))
     elif events:
         await conn.execute(_publish_statement(), published_params(shard, events))
 

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -73,10 +73,7 @@ from legato.schema import (
     Signals,
     WebhookEndpoints,
 )
-from legato.schema.types import JSON_VALUE, uuid7
-
-if TYPE_CHECKING:
-    from legato.engine.repositories.outbox import Event as LifecycleEvent
+from legato.schema.types import uuid7
 
 # The identity sequence of ``outbox.id`` (``legato`` is the schema placeholder the
 # engine's schema_translate_map renames).
@@ -287,7 +284,7 @@ async def write_decisions(
 # --- outbox.publish ------------------------------------------------------------------
 
 
-async def publish(conn: AsyncConnection, shard: int, events: Sequence[LifecycleEvent]) -> None:
+async def publish(conn: AsyncConnection, lifecycle: dict[str, Any]) -> None:
     """``outbox.publish`` routed, in the caller's transaction: first the endpoints
     subscribed to each event's type, each pair with an outbox id drawn there (a read of
     the reference table ``webhook_endpoints``, which Citus runs on the coordinator's own
@@ -297,23 +294,26 @@ async def publish(conn: AsyncConnection, shard: int, events: Sequence[LifecycleE
     neither the identity default (a sequence's values are drawn on the coordinator, so
     the rows are pulled through it) nor a reference table (then it plans one task per
     shard). ``webhook_endpoints`` whole; the runs' primary key, led by the key."""
-    matched = (
-        await conn.execute(_subscribed_statement(), {"types": [e.type for e in events]})
-    ).all()
+    matched = (await conn.execute(_subscribed_statement(), {"types": lifecycle["types"]})).all()
     if not matched:
         return
-    pairs = [(events[at - 1], endpoint, workflows, id) for at, endpoint, workflows, id in matched]
+    # ``lifecycle`` is ``outbox.published_params``: one entry per event in each array.
+    events = [place - 1 for place, _, _, _ in matched]
+
+    def each(name: str) -> list[Any]:
+        return [lifecycle[name][event] for event in events]
+
     await conn.execute(
         _published_statement(),
         {
-            SHARD_PARAM: shard,
-            "ids": [id for _, _, _, id in pairs],
-            "event_ids": [event.event_id for event, _, _, _ in pairs],
-            "endpoint_ids": [endpoint for _, endpoint, _, _ in pairs],
-            "run_ids": [event.run_id for event, _, _, _ in pairs],
-            "types": [event.type for event, _, _, _ in pairs],
-            "payloads": [JSON_VALUE.dump_text(event.payload) for event, _, _, _ in pairs],
-            "workflows": [None if w is None else json.dumps(list(w)) for _, _, w, _ in pairs],
+            SHARD_PARAM: lifecycle[SHARD_PARAM],
+            "ids": [id for _, _, _, id in matched],
+            "event_ids": each("event_ids"),
+            "endpoint_ids": [endpoint for _, endpoint, _, _ in matched],
+            "run_ids": each("run_ids"),
+            "types": each("types"),
+            "payloads": each("payloads"),
+            "workflows": [None if w is None else json.dumps(list(w)) for _, _, w, _ in matched],
         },
     )
 
