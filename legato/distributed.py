@@ -63,6 +63,7 @@ COORDINATOR_TABLES = (
     "task_cache",
     "installation",
     "shard_owners",
+    "decider_sleep",
     "legato_version",
 )
 # The triggers that NOTIFY on queue inserts and history events (migration 0011).
