@@ -1,5 +1,6 @@
 """The body of ``start_run_v1()`` (migration 0013), shared by the migrations that define
-it: 0013 creates it, 0018 replaces it with a stricter check of ``delay``. A migration's
+it: 0013 creates it, 0018 replaces it with stricter checks of ``delay``, the name and
+the keys. A migration's
 function must not change when this module does, so each variant is a parameter and
 0013's text is what the defaults give."""
 
@@ -18,26 +19,64 @@ NEGATIVE_DELAY_CHECK = """\
     END IF;
 """
 
-# 0018's: an infinite delay (either sign) is refused too, naming the value.
+# 0018's: an infinite delay (either sign) or one past the Client's longest duration
+# (legato.limits.MAX_DURATION, 3660 days) is refused too, naming the value.
 FINITE_DELAY_CHECK = """\
     IF start_run_v1.delay IS NOT NULL
-       AND (NOT isfinite(start_run_v1.delay) OR start_run_v1.delay < interval '0') THEN
+       AND (NOT isfinite(start_run_v1.delay) OR start_run_v1.delay < interval '0'
+            OR start_run_v1.delay > interval '3660 days') THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('legato: start_run_v1() delay %s is %s', start_run_v1.delay,
-                             CASE WHEN isfinite(start_run_v1.delay) THEN 'negative'
-                                  ELSE 'not finite' END),
-            HINT = 'pass a finite delay of zero or more (interval ''10 minutes''), '
-                   || 'or NULL to start now';
+                             CASE WHEN NOT isfinite(start_run_v1.delay) THEN 'not finite'
+                                  WHEN start_run_v1.delay < interval '0' THEN 'negative'
+                                  ELSE 'over the 3660-day limit' END),
+            HINT = 'pass a finite delay of zero or more, at most 3660 days '
+                   || '(interval ''10 minutes''), or NULL to start now';
+    END IF;
+"""
+
+# 0018's: the names and keys Client.start refuses are refused here too: a workflow name
+# over 200 characters or with a control character (so no message repeats a huge name),
+# and keys with a control character.
+PRINTABLE_CHECK = """\
+    IF char_length(workflow) > 200 OR workflow ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('legato: start_run_v1() workflow %s is not a workflow name: '
+                             || 'names are 1 to 200 printable characters',
+                             quote_literal(left(workflow, 80))),
+            HINT = 'pass the name a workflow was deployed under: start_run_v1(''signup'', ...)';
+    END IF;
+    IF start_run_v1.shard_key ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('legato: start_run_v1() shard_key %s contains a control character',
+                             quote_literal(left(start_run_v1.shard_key, 80))),
+            HINT = 'pass a tenant or account id of printable characters, '
+                   || 'or NULL to spread runs by their id';
+    END IF;
+    IF start_run_v1.idempotency_key ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('legato: start_run_v1() idempotency_key %s contains a control '
+                             || 'character', quote_literal(left(start_run_v1.idempotency_key, 80))),
+            HINT = 'derive the key from what makes the start unique, in printable characters '
+                   || '(''order:'' || NEW.id), or pass NULL';
     END IF;
 """
 
 
 def start_run_function(
-    schema: str, *, create: str = "CREATE", delay_check: str = NEGATIVE_DELAY_CHECK
+    schema: str,
+    *,
+    create: str = "CREATE",
+    delay_check: str = NEGATIVE_DELAY_CHECK,
+    printable_check: str = "",
 ) -> str:
     """The ``start_run_v1()`` definition: ``create`` is ``CREATE`` (0013) or ``CREATE OR
-    REPLACE`` (0018), ``delay_check`` the block refusing a bad delay."""
+    REPLACE`` (0018), ``delay_check`` the block refusing a bad delay, ``printable_check``
+    the block refusing names and keys ``Client.start`` refuses (0018; none in 0013)."""
     s = _q(schema)
     # The limits are the Client's defaults as of this migration (legato.limits,
     # Client.max_payload_bytes, Client.idempotency_retention), written out: a
@@ -69,7 +108,7 @@ BEGIN
                              quote_nullable(workflow)),
             HINT = 'pass the name a workflow was deployed under: start_run_v1(''signup'', ...)';
     END IF;
-{delay_check}    IF start_run_v1.shard_key IS NOT NULL
+{delay_check}{printable_check}    IF start_run_v1.shard_key IS NOT NULL
        AND (start_run_v1.shard_key = '' OR char_length(start_run_v1.shard_key) > 200) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',

@@ -186,6 +186,15 @@ async def test_a_delay_holds_the_first_decision(
         ("'receipt', delay => interval '-1 second'", "is negative", "zero or more"),
         ("'receipt', delay => 'infinity'", "delay infinity is not finite", "a finite delay"),
         ("'receipt', delay => '-infinity'", "delay -infinity is not finite", "a finite delay"),
+        (
+            "'receipt', delay => interval '1000000 years'",
+            "delay 1000000 years is over the 3660-day limit",
+            "at most 3660 days",
+        ),
+        ("repeat('w', 100000)", "workflow 'wwwwwwwwww", "the name a workflow was deployed"),
+        ("E're\\x01ceipt'", "is not a workflow name", "the name a workflow was deployed"),
+        ("'receipt', shard_key => E'a\\nb'", "contains a control character", "printable"),
+        ("'receipt', idempotency_key => E'k\\x07'", "contains a control character", "printable"),
         ("'receipt', shard_key => ''", "shard_key '' must be", "tenant or account id"),
         ("'receipt', idempotency_key => ''", "idempotency_key '' must be", "makes the start"),
         (

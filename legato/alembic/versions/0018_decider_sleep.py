@@ -19,8 +19,10 @@ awake polls and takes on its own; only one that sleeps on LISTEN needs the NOTIF
   before setting the flags (``asleep``). A writer that read the flag before the
   decider's exclusive lock committed before the decider looked; one that read it after
   waited for the decider's commit and sees the flag set.
-* ``start_run_v1()`` refuses an infinite delay (``'infinity'``, ``'-infinity'``) as it
-  refused a negative one, naming the value.
+* ``start_run_v1()`` refuses an infinite delay (``'infinity'``, ``'-infinity'``) and one
+  over 3660 days as it refused a negative one, naming the value; and, as ``Client.start``
+  does, a workflow name over 200 characters or with a control character and keys with a
+  control character.
 
 Citus (``legato.distributed``) drops the decide triggers and its routed statements
 notify themselves; its deciders do not use the flags.
@@ -41,6 +43,7 @@ from legato.alembic.ddl_0001 import QUEUE_STORAGE, _q
 from legato.alembic.sql_start import (
     FINITE_DELAY_CHECK,
     NEGATIVE_DELAY_CHECK,
+    PRINTABLE_CHECK,
     start_run_function,
 )
 from legato.migrations import migration_schema, record_revision
@@ -151,7 +154,12 @@ def upgrade() -> None:
     )
     op.execute(_notify_function(schema))
     op.execute(
-        start_run_function(schema, create="CREATE OR REPLACE", delay_check=FINITE_DELAY_CHECK)
+        start_run_function(
+            schema,
+            create="CREATE OR REPLACE",
+            delay_check=FINITE_DELAY_CHECK,
+            printable_check=PRINTABLE_CHECK,
+        )
     )
     record_revision(revision)
 
