@@ -64,6 +64,32 @@ def test_router_problems_reads_citus_plans() -> None:
     assert router_problems(["Seq Scan on runs"]) == ["no Citus task: planned on the coordinator"]
 
 
+async def router_plans(engine: AsyncEngine, schema: str, sent: list[Sent]) -> dict[str, list[str]]:
+    """Each distinct statement of ``sent`` on a run-scoped table of ``schema`` that is
+    not a marked fan-out, EXPLAINed on the coordinator with the values it was sent with:
+    what keeps its plan from being one router task (``router_problems``)."""
+    checked: dict[str, list[str]] = {}
+    async with engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        session = raw.driver_connection
+        assert session is not None
+        for statement in sent:
+            sql = statement.sql.strip()
+            if sql.upper().startswith(_STATEMENTS_NOT_PLANNED) or FAN_OUT in sql:
+                continue
+            if sql in checked or not any(
+                re.search(rf"\b{schema}\.{table}\b", sql) for table in RUN_SCOPED
+            ):
+                continue
+            try:
+                plan = await session.fetch(f"EXPLAIN {sql}", *statement.params)
+            except asyncpg.PostgresError as refused:
+                checked[sql] = [f"Citus cannot plan it with its values: {refused}"]
+                continue
+            checked[sql] = router_problems([str(row[0]) for row in plan])
+    return checked
+
+
 async def _start_in_callers_transaction(engine: AsyncEngine, url: str) -> list[Sent]:
     """A start on the caller's own connection (an engine of the application's, which no
     Legato client adopted): what that engine sent."""
@@ -105,25 +131,7 @@ async def test_every_hot_statement_is_a_single_shard_router_statement(
     # On a distributed install the client's start and signal are several statements in
     # a transaction (``legato.engine.repositories.routed``): none takes the driver path.
     assert not driven, driven
-    checked: dict[str, list[str]] = {}
-    async with citus_engine.connect() as conn:
-        raw = await conn.get_raw_connection()
-        session = raw.driver_connection
-        assert session is not None
-        for statement in sent:
-            sql = statement.sql.strip()
-            if sql.upper().startswith(_STATEMENTS_NOT_PLANNED) or FAN_OUT in sql:
-                continue
-            if sql in checked or not any(
-                re.search(rf"\b{citus_schema}\.{table}\b", sql) for table in RUN_SCOPED
-            ):
-                continue
-            try:
-                plan = await session.fetch(f"EXPLAIN {sql}", *statement.params)
-            except asyncpg.PostgresError as refused:
-                checked[sql] = [f"Citus cannot plan it with its values: {refused}"]
-                continue
-            checked[sql] = router_problems([str(row[0]) for row in plan])
+    checked = await router_plans(citus_engine, citus_schema, sent)
     assert len(checked) >= 20, f"only {len(checked)} statements on run-scoped tables"
     outbox = f"INSERT INTO {citus_schema}.outbox "
     assert any(sql.startswith(outbox) for sql in checked), "no outbox insert was checked"
