@@ -6,7 +6,8 @@ a fraction of a second instead of paying the imports per process (and nothing is
 forked from the benchmark's own event loop).
 
 Each process connects and warms its pool, reports ready, waits for ``go``, runs a
-:class:`legato.Runtime` with its roles until ``stop``, then shuts down gracefully.
+:class:`legato.Runtime` with its roles (reporting ``running`` once it has started)
+until ``stop``, then shuts down gracefully.
 Optionally each is profiled by ``py-spy record`` (``--profile DIR``).
 """
 
@@ -39,11 +40,11 @@ class ProcSpec:
     metrics: bool = False
 
 
-def _main(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
-    asyncio.run(_serve(spec, ready, go, stop))
+def _main(spec: ProcSpec, ready: Event, go: Event, running: Event, stop: Event) -> None:
+    asyncio.run(_serve(spec, ready, go, running, stop))
 
 
-async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
+async def _serve(spec: ProcSpec, ready: Event, go: Event, running: Event, stop: Event) -> None:
     from bench.flows import app
     from legato import Roles, Runtime
 
@@ -72,6 +73,7 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, stop: Event) -> None:
         ready.set()
         await asyncio.to_thread(go.wait)
         await runtime.start()
+        running.set()
         await asyncio.to_thread(stop.wait)
         await runtime.stop()
     finally:
@@ -96,6 +98,7 @@ class Fleet:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["bench.flows", "bench.procs", "legato.runtime", "legato.db"])
         self._ready: list[Event] = []
+        self._running: list[Event] = []
         self.go = ctx.Event()
         self.stop_event = ctx.Event()
         self.procs: list[Any] = []
@@ -105,12 +108,15 @@ class Fleet:
         self._spies: list[subprocess.Popen[bytes]] = []
         for role, count in ((ROLE_DECIDER, deciders), (ROLE_WORKER, workers), (ROLE_ALL, both)):
             for i in range(count):
-                ready = ctx.Event()
+                ready, running = ctx.Event(), ctx.Event()
                 spec = ProcSpec(target, role, concurrency=concurrency, metrics=metrics)
                 proc = ctx.Process(
-                    target=_main, args=(spec, ready, self.go, self.stop_event), daemon=True
+                    target=_main,
+                    args=(spec, ready, self.go, running, self.stop_event),
+                    daemon=True,
                 )
                 self._ready.append(ready)
+                self._running.append(running)
                 self.procs.append(proc)
                 self.names.append(f"{role}-{i}")
         parts = [
@@ -159,6 +165,12 @@ class Fleet:
 
     def release(self) -> None:
         self.go.set()
+
+    def wait_running(self, timeout: float = 60.0) -> None:
+        """Block until every process's runtime has started (after ``release``)."""
+        for running, proc in zip(self._running, self.procs, strict=True):
+            if not running.wait(timeout):
+                raise RuntimeError(f"bench process {proc.pid} did not start its runtime")
 
     def shutdown(self, timeout: float = 30.0) -> None:
         self.stop_event.set()
