@@ -52,7 +52,7 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, running: Event, stop: 
         from legato.observability import enable_metrics
 
         enable_metrics()
-    engine = spec.target.engine(pool_size=8, max_overflow=8)
+    engine = spec.target.engine()  # Legato's own pool, as `legato worker` has
     try:
         async with engine.connect() as conn:  # warm the pool and the dialect
             await conn.exec_driver_sql("SELECT 1")

@@ -149,9 +149,15 @@ def create_engine(
     # LIFO: each loop gets back the connection it just used, whose prepared statements
     # (asyncpg's per-connection cache, the backend's plans) are warm; a FIFO pool hands
     # out the coldest one, so every hot statement is prepared again on every connection.
+    # 20 kept, no overflow: an overflow connection is closed when it is returned to a
+    # full pool, so a load that swings around the pool's size (a worker's transactional
+    # attempts) opened and closed a connection per few attempts, each paying a server
+    # process, the session settings and every statement's prepare again (half a
+    # transactional worker's throughput; docs/design.md, "A pool without overflow").
+    # Connections are still opened only when needed.
     options: dict[str, Any] = {
-        "pool_size": 10,
-        "max_overflow": 10,
+        "pool_size": 20,
+        "max_overflow": 0,
         "pool_pre_ping": False,
         "pool_use_lifo": True,
     }
