@@ -221,11 +221,11 @@ class StartingRuns(RunReads):
         connection: AsyncConnection | None = None,
         shard_key: str | None = None,
     ) -> list[RunHandle[Out]]:
-        """Start many runs of one workflow in one transaction: one statement per shard
-        key they fall in (a statement writes every table of its runs). With
-        ``shard_key`` every run goes to that key's shard, so the batch is one
-        statement; without, the runs spread over the keys. With ``connection``, in the
-        caller's transaction, as ``start``."""
+        """Start many runs of one workflow in one transaction: one statement (a statement
+        writes every table of its runs; on a distributed installation one per shard key
+        the runs fall in). With ``shard_key`` every run goes to that key's shard;
+        without, the runs spread over the keys. With ``connection``, in the caller's
+        transaction, as ``start``."""
         if not isinstance(workflow, WorkflowDefinition):
             raise InvalidArgument(
                 f"start_many() takes a Workflow object, not {workflow!r} "
@@ -247,9 +247,6 @@ class StartingRuns(RunReads):
         if not payloads:
             return []
         ids = [shards.new_run_id(chosen) for _ in payloads]
-        by_shard: dict[int, list[tuple[uuid.UUID, JsonValue]]] = {}
-        for run_id, payload in zip(ids, payloads, strict=True):
-            by_shard.setdefault(shards.of_run(run_id), []).append((run_id, payload))
         trace = tracing.capture()
         if connection is not None:
             await self._versions.stored(self.engine, workflow)
@@ -257,15 +254,11 @@ class StartingRuns(RunReads):
             connection, self.engine.begin, self.schema, self.engine
         ) as conn:
             version = await self._versions.version_of(conn, workflow)
-            for shard, group in sorted(by_shard.items()):
-                await self._start(
-                    conn,
-                    shard,
-                    [
-                        runs.NewRun(run_id, workflow.name, version, payload, trace_context=trace)
-                        for run_id, payload in group
-                    ],
-                )
+            new_runs = [
+                runs.NewRun(run_id, workflow.name, version, payload, trace_context=trace)
+                for run_id, payload in zip(ids, payloads, strict=True)
+            ]
+            await runs.start_runs_of_keys(conn, shards, new_runs, "started")
         if connection is None:
             self._versions.remember(workflow, version)
         return [RunHandle(self, run_id, workflow) for run_id in ids]

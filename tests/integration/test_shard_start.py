@@ -158,6 +158,20 @@ async def test_a_batch_across_keys_writes_every_run(client: Client, engine: Asyn
     await _every_row_in_its_key(engine, shards, ids)
 
 
+async def test_a_batch_across_keys_is_one_start_statement_on_one_postgresql(
+    client: Client, engine: AsyncEngine
+) -> None:
+    """The single-node layout: the rows take their keys from their ids in the statement."""
+    await client.start_many(one, [0])  # stores the spec
+    shards = await client.shards()
+    with _statements(engine) as sent:
+        handles = await client.start_many(one, list(range(40)))
+    ids = [h.run_id for h in handles]
+    assert len({shards.of_run(i) for i in ids}) > 1
+    assert len([sql for sql in sent if "INSERT INTO" in sql]) == 1
+    await _every_row_in_its_key(engine, shards, ids)
+
+
 async def test_a_batch_in_one_key_is_one_start_statement(
     client: Client, engine: AsyncEngine
 ) -> None:

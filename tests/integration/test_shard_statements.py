@@ -237,7 +237,10 @@ async def run_workload(engine: AsyncEngine, timeout: float = 30) -> list[str]:
                 await client.start(flows.retrying, "again"),
                 await client.start(flows.approval, "times out"),
             ]
-            handles += await client.start_many(flows.sleepy, ["a", "b", "c", "d"])
+            # One tenant's key: a client on one PostgreSQL starts a batch spanning keys
+            # in one statement of the single-node layout; per key, the statement is the
+            # one a distributed install sends for each key of a batch.
+            handles += await client.start_many(flows.sleepy, ["a", "b", "c", "d"], shard_key="t")
             waiting = await client.start(flows.strict_approval, "ship")
             await client.signal(waiting.run_id, "approval", flows.Approval(approved=True))
             for handle in [*handles, waiting]:

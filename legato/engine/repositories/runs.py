@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
-    ColumnElement,
     DateTime,
     Insert,
     Select,
@@ -29,16 +28,15 @@ from sqlalchemy import (
     insert,
     literal,
     select,
-    type_coerce,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.db.server_check import adopt_installation
 from legato.engine.repositories import routed as routed_statements
 from legato.engine.repositories.notify import schema_of
 from legato.engine.repositories.params import (
+    SHARD_COUNT_PARAM,
     Unnest,
     fan_out,
     in_array,
@@ -47,12 +45,11 @@ from legato.engine.repositories.params import (
     shards_param,
     uuid_array,
 )
+from legato.engine.repositories.run_filters import conditions_of
 from legato.engine.transport.driver import DriverStatements
 from legato.models import RunFilter
-from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards, Tasks
-from legato.schema.enums import TaskState
+from legato.schema import DecideQueue, Installation, RunEvents, Runs, RunStatus, Shards
 from legato.schema.layout import routed, routed_engine
-from legato.schema.types import uuid7_bound
 from legato.schema.values import TaskError
 
 
@@ -167,26 +164,30 @@ async def installed_shards(conn: AsyncConnection) -> Shards:
     return await adopt_installation(conn, schema_of(conn), int(count))
 
 
-def _with_history_and_queue(inserted: Insert, scheduled: bool) -> Select[uuid.UUID]:
-    """``inserted`` (an INSERT of RUNNING runs in key ``:shard``) with each run's first
-    history event and its decide_queue row, as data-modifying CTEs: available now (the
-    column's default) or, when ``scheduled``, at ``scheduled_at`` (``:now`` for a run
-    without one: a time given as a parameter, not ``now()`` inside COALESCE)."""
-    started = inserted.returning(Runs.id, Runs.scheduled_at).cte("started")
+def _with_history_and_queue(
+    inserted: Insert, scheduled: bool, spanning: bool = False
+) -> Select[uuid.UUID]:
+    """``inserted`` (an INSERT of RUNNING runs in key ``:shard``, or each in its own key
+    when ``spanning``) with each run's first history event and its decide_queue row, as
+    data-modifying CTEs: available now (the column's default) or, when ``scheduled``, at
+    ``scheduled_at`` (``:now`` for a run without one: a time given as a parameter, not
+    ``now()`` inside COALESCE)."""
+    started = inserted.returning(Runs.id, Runs.scheduled_at, Runs.shard).cte("started")
+    shard = started.c.shard if spanning else shard_param()
     history = insert(RunEvents.table).from_select(
         ["shard", "run_id", "seq", "type"],
-        select(
-            shard_param(), started.c.id, literal(1, BigInteger()), literal("run_started", Text())
-        ),
+        select(shard, started.c.id, literal(1, BigInteger()), literal("run_started", Text())),
     )
     columns = ["shard", "run_id", "reason"]
-    values: list[Any] = [shard_param(), started.c.id, bindparam("reason", type_=Text())]
+    values: list[Any] = [shard, started.c.id, bindparam("reason", type_=Text())]
     if scheduled:
         columns.append("available_at")
         values.append(
             func.coalesce(started.c.scheduled_at, bindparam("now", type_=DateTime(timezone=True)))
         )
-    queued = insert(DecideQueue.table).from_select(columns, select(*values).order_by(started.c.id))
+    queued = insert(DecideQueue.table).from_select(
+        columns, select(*values).order_by(started.c.shard, started.c.id)
+    )
     return select(started.c.id).add_cte(history.cte("history"), queued.cte("queued"))
 
 
@@ -194,9 +195,10 @@ _RUNNING = literal(RunStatus.RUNNING.value, Text())
 
 
 @cache
-def _start_statement(scheduled: bool) -> Select[uuid.UUID]:
+def _start_statement(scheduled: bool, spanning: bool = False) -> Select[uuid.UUID]:
+    shard = run_shard(_NEW_RUNS.value("run_id")) if spanning else shard_param()
     return _with_history_and_queue(
-        _NEW_RUNS.insert(status=_RUNNING, shard=shard_param()), scheduled
+        _NEW_RUNS.insert(status=_RUNNING, shard=shard), scheduled, spanning
     )
 
 
@@ -255,6 +257,24 @@ async def start_runs(
     if scheduled:
         params["now"] = datetime.now(UTC)
     await conn.execute(statement, params)
+
+
+async def start_runs_of_keys(
+    conn: AsyncConnection, shards: Shards, new_runs: Sequence[NewRun], reason: str
+) -> None:
+    """Start runs of ANY keys (``Client.start_many``): on a single-node installation in
+    ONE statement, each row in its run's key (``params.run_shard``, the key being in the
+    id), the decide rows in (key, run id) order; on a distributed one (or for one key)
+    :func:`start_runs` per key, keys ascending. The indexes of :func:`start_runs`."""
+    grouped: dict[int, list[NewRun]] = {}
+    for new in new_runs:
+        grouped.setdefault(shards.of_run(new.run_id), []).append(new)
+    if len(grouped) > 1 and not shards.distributed and not routed(conn):
+        params = {**_NEW_RUNS.bind(new_runs), "reason": reason, SHARD_COUNT_PARAM: shards.count}
+        await conn.execute(_start_statement(False, True), params)
+        return
+    for shard, group in sorted(grouped.items()):
+        await start_runs(conn, shard, group, reason)
 
 
 async def start_one(driver: DriverStatements, shard: int, new: NewRun, reason: str) -> None:
@@ -458,41 +478,3 @@ async def count_runs(conn: AsyncConnection, chosen: RunFilter) -> int:
     if conditions:
         statement = statement.where(and_(*conditions))
     return int((await conn.execute(fan_out(statement))).scalar_one())
-
-
-def conditions_of(chosen: RunFilter) -> list[ColumnElement[bool]]:
-    """The conditions on ``runs`` that ``chosen`` sets (its statements here and the
-    dashboard's runs list, ``ui_queries.list_runs``)."""
-    conditions: list[ColumnElement[bool]] = []
-    if chosen.workflow is not None:
-        conditions.append(Runs.workflow_name == chosen.workflow)
-    if chosen.version is not None:
-        conditions.append(Runs.workflow_version == chosen.version)
-    if chosen.status is not None:
-        conditions.append(Runs.status == chosen.status)
-    if chosen.created_after is not None:
-        conditions.append(Runs.id >= uuid7_bound(_ms(chosen.created_after)))
-    if chosen.created_before is not None:
-        conditions.append(Runs.id < uuid7_bound(_ms(chosen.created_before)))
-    if chosen.error_type is not None:
-        conditions.append(type_coerce(Runs.error, JSONB)["type"].astext == chosen.error_type)
-    if chosen.node is not None:
-        conditions.append(_attempt_of(chosen.node, FAILED_STATES).exists())
-        conditions.append(~_attempt_of(chosen.node, (TaskState.COMPLETED,)).exists())
-    return conditions
-
-
-FAILED_STATES = (TaskState.FAILED, TaskState.TIMED_OUT)
-
-
-def _attempt_of(node: str, states: Sequence[TaskState]) -> Select[int]:
-    return select(literal(1)).where(
-        Tasks.shard == Runs.shard,
-        Tasks.run_id == Runs.id,
-        Tasks.node_id == node,
-        Tasks.state.in_(states),
-    )
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)

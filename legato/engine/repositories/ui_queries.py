@@ -19,7 +19,7 @@ from pydantic import JsonValue
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import runs
+from legato.engine.repositories import run_filters
 from legato.engine.repositories.params import fan_out, in_array, uuid_array
 from legato.engine.repositories.tasks import TASK_ROW_COLUMNS, TaskRow
 from legato.models import RunFilter
@@ -64,12 +64,12 @@ async def list_runs(
     """Fan-out across shard keys: runs newest first, keyset-paginated by id over every key,
     each with its parent and whether it is quarantined (the dashboard's runs list).
 
-    Its criteria are those of ``runs.list_runs`` (``runs.conditions_of``) and so are its
+    Its criteria are those of ``runs.list_runs`` (``run_filters.conditions_of``) and so are its
     indexes: ``ix_runs_workflow_name_id`` with a workflow filter, ``ix_runs_active`` for
     RUNNING, else the primary keys of the partitions inside the id range, a node filter
     probing each run's attempts by the tasks' unique index; each page's rows are joined
     to ``decide_queue`` through its primary key."""
-    conditions = runs.conditions_of(query.chosen)
+    conditions = run_filters.conditions_of(query.chosen)
     if query.ids is not None:
         conditions.append(in_array(Runs.id, uuid_array("ids", query.ids)))
     if before is not None:
