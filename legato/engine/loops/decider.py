@@ -24,6 +24,7 @@ What a batch does (lock, load, ``decide()``, its actions as rows, one write) is
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -246,6 +247,10 @@ class DeciderLoop(Loop):
                 for shard, rows in batch.enqueues_by_key().items():
                     await local.lease(conn, shard, rows, now)
                 await self._announce(conn, batch.cancels_attempts)
+            if local.leased:
+                # The attempts just handed to this process's worker start before this
+                # loop's own next statements (the sleep gate's, the next take).
+                await asyncio.sleep(0)
             self.decided += len(claimed)
             hooks.decisions_committed(batch.facts, began)
         except Exception:
