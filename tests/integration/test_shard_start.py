@@ -158,29 +158,24 @@ async def test_a_batch_across_keys_writes_every_run(client: Client, engine: Asyn
     await _every_row_in_its_key(engine, shards, ids)
 
 
-async def test_a_batch_across_keys_is_one_start_statement_on_one_postgresql(
-    client: Client, engine: AsyncEngine
+@pytest.mark.parametrize("tenant", [None, "tenant-d"], ids=["across keys", "one tenant's key"])
+async def test_a_batch_is_one_start_statement_on_one_postgresql(
+    client: Client, engine: AsyncEngine, tenant: str | None
 ) -> None:
-    """The single-node layout: the rows take their keys from their ids in the statement."""
+    """The single-node layout: across keys, the rows take their keys from their ids in
+    the statement; with a tenant key, all are in that key."""
     await client.start_many(one, [0])  # stores the spec
     shards = await client.shards()
     with _statements(engine) as sent:
-        handles = await client.start_many(one, list(range(40)))
+        handles = await client.start_many(one, list(range(40)), shard_key=tenant)
     ids = [h.run_id for h in handles]
-    assert len({shards.of_run(i) for i in ids}) > 1
+    keys = {shards.of_run(i) for i in ids}
+    if tenant is None:
+        assert len(keys) > 1
+    else:
+        assert keys == {shards.of_key(tenant)}
     assert len([sql for sql in sent if "INSERT INTO" in sql]) == 1
     await _every_row_in_its_key(engine, shards, ids)
-
-
-async def test_a_batch_in_one_key_is_one_start_statement(
-    client: Client, engine: AsyncEngine
-) -> None:
-    await client.start_many(one, [0])  # stores the spec
-    shards = await client.shards()
-    with _statements(engine) as sent:
-        handles = await client.start_many(one, list(range(20)), shard_key="tenant-d")
-    assert {shards.of_run(h.run_id) for h in handles} == {shards.of_key("tenant-d")}
-    assert len([sql for sql in sent if "INSERT INTO" in sql]) == 1
 
 
 async def test_list_runs_pages_across_keys_in_id_order(client: Client) -> None:
