@@ -13,8 +13,19 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato import App, Client, Flow, Node, RunStatus, Runtime, TaskContext, task, workflow
-from legato.engine.repositories import decide_queue, decider_sleep
+from legato import (
+    App,
+    Client,
+    Flow,
+    Node,
+    Roles,
+    RunStatus,
+    Runtime,
+    TaskContext,
+    task,
+    workflow,
+)
+from legato.engine.repositories import decide_queue, decider_sleep, notify
 from legato.engine.repositories.decider_sleep import Settled
 from legato.models import RunFilter
 from tests.helpers import eventually
@@ -165,3 +176,41 @@ async def test_signals_from_many_clients_are_decided_with_far_fewer_notifies(
     assert notified <= sleeps, "at most one NOTIFY per sleep of the deciders"
     assert notified * 4 < STARTS, f"{notified} NOTIFYs for {STARTS} signals"
 
+
+
+async def test_a_report_that_woke_no_one_does_not_swallow_a_later_wake_up(
+    engine: AsyncEngine,
+) -> None:
+    """A worker's report flush in a process that also decides drops its own decide
+    NOTIFY (its local decider is woken in memory), but since 0018 the flush sends one
+    only if a decider slept. The drop a flush registered for a NOTIFY it never sent must
+    not swallow a later writer's NOTIFY from the same pooled backend once the decider
+    sleeps: polls an hour apart, so only that NOTIFY can wake it."""
+    async with Client(engine, app=app) as client:
+        await client.deploy()
+        roles = Roles(decider=True, worker=False, timer=False, deploy=False)
+        async with Runtime(engine, app, roles=roles, poll_interval=3600) as runtime:
+            loop = runtime.decider_loops[0]
+            await eventually(lambda: loop.sleep_gate.sleeps > 0, "the decider to sleep")
+            async with engine.connect() as conn:
+                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                pid = (await autocommit.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+                # What a report flush on this backend registers when its commit sent no
+                # NOTIFY (the decider was awake then).
+                runtime.wakeups.absorb(notify.decide_channel("legato"), int(pid))
+                # Another backend's start wakes the decider, which decides and sleeps again.
+                slept = loop.sleep_gate.sleeps
+                await client.start(doubled, 1)
+                await eventually(lambda: loop.sleep_gate.sleeps > slept, "the next sleep")
+                await _sql_start(autocommit, 2)
+                await eventually(
+                    lambda: _first_tasks(engine, 2),
+                    "the run started on the absorbing backend to be decided",
+                    timeout=20,
+                )
+
+
+async def _first_tasks(engine: AsyncEngine, runs: int) -> bool:
+    async with engine.connect() as conn:
+        count = await conn.execute(text("SELECT count(*) FROM legato.tasks"))
+        return int(count.scalar_one()) >= runs

@@ -164,9 +164,15 @@ class DeciderLoop(Loop):
     async def tick(self) -> bool:
         """A tick that found nothing more to do sleeps only once the held keys' sleep
         flags are set, so that their next writer NOTIFYs (``decider_sleep``)."""
-        return await self._take_dirty() or await self.sleep_gate.keep_ticking(
-            self.held.held(), self._sleep, self.decided
-        )
+        if await self._take_dirty():
+            return True
+        sleeps = self.sleep_gate.sleeps
+        awake = await self.sleep_gate.keep_ticking(self.held.held(), self._sleep, self.decided)
+        if self.sleep_gate.sleeps != sleeps and self._wakeups is not None:
+            # The NOTIFY that ends this sleep must not be dropped for a report flush that
+            # expected to send one while this loop was awake (and so sent none).
+            self._wakeups.forget_absorbed(self._decide_channel)
+        return awake
 
     async def _take_dirty(self) -> bool:
         """One take per dirty held key (distributed layout, each key's batch in its own

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -156,8 +156,21 @@ class Wakeups:
             # sent while nothing listened, which never comes: kept, it would drop the next
             # real one from its backend (a pooled connection's: any later commit on it).
             # Forgetting one whose commit is still to come costs a loop an empty tick.
-            for key in [key for key in self._absorbed if key[0] in missing]:
-                del self._absorbed[key]
+            self._forget_absorbed(missing)
+
+    def forget_absorbed(self, channel: str) -> None:
+        """Forget every notification absorbed on ``channel`` (a decider whose sleep flags
+        were just set: a report flush that committed before sent its NOTIFY already, or
+        none because that decider was awake, and the latter's absorb would drop the next
+        writer's NOTIFY from its pooled backend, the one that ends this sleep). One
+        forgotten while its notification is still on the way costs the loop an empty
+        tick."""
+        self._forget_absorbed([channel])
+
+    def _forget_absorbed(self, channels: Iterable[str]) -> None:
+        forgotten = set(channels)
+        for key in [key for key in self._absorbed if key[0] in forgotten]:
+            del self._absorbed[key]
 
     async def _drop(self) -> None:
         if self._conn is not None:
