@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.flows import Go, app, chain3, fanout10, one, one_tx, wake
 from bench.harness import Figure, Server, Target, percentile, probe_engine
+from bench.peers import STATS_FLUSH_SECONDS, WARM_RUNS_PER_PROCESS
 from bench.procs import Fleet
 from legato import App, Client, Workflow
 from legato.engine.loops.decider import DeciderLoop
@@ -280,14 +281,6 @@ async def drain(
         transactions_per_wf=None if transactions is None else transactions / n,
         statuses=statuses,
     )
-
-
-#: Runs each process of a fleet helps drain before a drain's window opens.
-WARM_RUNS_PER_PROCESS = 4
-#: How long an idle backend may keep its transaction counts before reporting them
-#: (PostgreSQL's PGSTAT_MIN_INTERVAL): waited after the warm-up, so that
-#: ``xact_commit`` read before the window holds the warm-up's commits.
-STATS_FLUSH_SECONDS = 1.2
 
 
 async def _warm_fleet(

@@ -35,6 +35,15 @@ def percentile(samples: list[float], p: float) -> float:
 
 
 #: Runs per second of the low-load commits scenario (bench.scenarios.LOW_LOAD_RATE).
+#: A drain times a warm fleet (Legato's and every peer's alike): this many runs per
+#: process go through it first, so each process has made its connections and
+#: statements before the clock starts.
+WARM_RUNS_PER_PROCESS = 4
+#: How long an idle backend may keep its transaction counts before reporting them
+#: (PostgreSQL's PGSTAT_MIN_INTERVAL): waited after the warm-up, so that
+#: ``xact_commit`` read before the window holds the warm-up's commits.
+STATS_FLUSH_SECONDS = 1.2
+
 LOW_LOAD_RATE = 50
 LOW_LOAD_SECONDS = {"tiny": 0.5, "small": 3.0, "full": 5.0}
 

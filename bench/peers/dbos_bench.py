@@ -3,8 +3,9 @@ signals and watches; separate executor processes (``DBOS.launch()``) run the wor
 
 * start: ``DBOSClient.enqueue`` one at a time, no executor running; batched:
   ``DBOSClient.enqueue_in_transaction``, 500 per transaction.
-* e2e-1 / e2e-3: the runs are enqueued first (500 per transaction); the executor
-  processes are made ready, then launched together; the clock runs until no workflow
+* e2e-1 / e2e-3: a warm fleet drains a backlog, as Legato's drains do: the executor
+  processes are launched, a few workflows per process go through them, then the runs
+  are enqueued in one transaction and the clock runs from its commit until no workflow
   is ENQUEUED or PENDING. The configuration (processes, ``worker_concurrency``, queue
   polling interval; the pool sized above the concurrency, executor threads unbounded, as
   DBOS defaults) is searched first on a smaller drain and the best one is used.
@@ -33,6 +34,8 @@ from bench.peers import (
     LOW_LOAD_RATE,
     LOW_LOAD_SECONDS,
     SIZES,
+    STATS_FLUSH_SECONDS,
+    WARM_RUNS_PER_PROCESS,
     Proc,
     counters,
     emit,
@@ -185,16 +188,20 @@ class Bench:
         return procs
 
     def drain(self, config: Config, workflow: str, n: int, count: bool = False) -> dict[str, Any]:
-        self.enqueue_batched(workflow, n)
+        # Logging applies to sessions opened after it is set: before the executors launch.
         window = asyncio.run(statement_log(self.url, self.server_log, True)) if count else None
-        procs = start_procs(MODULE, config.processes, "executor", "--url", self.url, *config.args())
+        procs = self.launch(config)
         try:
+            self.enqueue_batched(workflow, WARM_RUNS_PER_PROCESS * config.processes)
+            self._wait_idle()
+            time.sleep(STATS_FLUSH_SECONDS)
             before = asyncio.run(counters(self.url))
             if window is not None:
                 window.open()
+            with self.engine.begin() as conn:
+                for i in range(n):
+                    self.client.enqueue_in_transaction(conn, self.options(workflow), i)
             t0 = time.perf_counter()
-            for proc in procs:
-                proc.go()
             deadline = t0 + max(120.0, n / 10)
             while self.pending() > 0:
                 if time.perf_counter() > deadline:

@@ -3,9 +3,11 @@ worker processes (``QueueManager.run``) consume no-op jobs. A pure queue: the ce
 a workflow engine pays extra on top of.
 
 * start: ``Queries.enqueue`` one at a time and batched (500), no worker running.
-* e2e-1: the jobs are enqueued first; the worker processes are made ready, then run
-  together; the clock runs until the queue is empty. Processes, ``batch_size`` and
-  ``max_concurrent_tasks`` are searched on a smaller drain first; the best is used.
+* e2e-1: a warm fleet drains a backlog, as Legato's drains do: the worker processes
+  run, a few jobs per process go through them, then the jobs are enqueued in one
+  transaction and the clock runs from its commit until the queue is empty. Processes,
+  ``batch_size`` and ``max_concurrent_tasks`` are searched on a smaller drain first;
+  the best is used.
 * start -> first job: one job every 20 ms from the client; the job stamps its start.
   No wake figure: pgqueuer has no wait-for-event.
 * commits: bench.txcount's accounting, as for Legato, per job.
@@ -28,6 +30,8 @@ from bench.peers import (
     LOW_LOAD_RATE,
     LOW_LOAD_SECONDS,
     SIZES,
+    STATS_FLUSH_SECONDS,
+    WARM_RUNS_PER_PROCESS,
     counters,
     emit,
     fail,
@@ -119,18 +123,23 @@ async def _enqueue_batched(queries: Any, entrypoint: str, n: int) -> None:
 async def _drain(
     url: str, conn: Any, queries: Any, config: Config, n: int, server_log: str | None = None
 ) -> dict[str, Any]:
-    await _enqueue_batched(queries, "noop", n)
+    # Logging applies to sessions opened after it is set: before the workers connect.
     window = await statement_log(url, server_log, True) if server_log else None
     procs = await asyncio.to_thread(
         start_procs, MODULE, config.processes, "worker", "--url", url, *config.args()
     )
     try:
+        for proc in procs:
+            proc.go()
+        await _enqueue_batched(queries, "noop", WARM_RUNS_PER_PROCESS * config.processes)
+        await _wait_empty(conn, 60)
+        await asyncio.sleep(STATS_FLUSH_SECONDS)
         before = await counters(url)
         if window is not None:
             window.open()
+        async with conn.transaction():
+            await _enqueue_batched(queries, "noop", n)
         t0 = time.perf_counter()
-        for proc in procs:
-            proc.go()
         await _wait_empty(conn, max(120.0, n / 10))
         seconds = time.perf_counter() - t0
     finally:
