@@ -21,7 +21,7 @@ from tests.citus.cluster import Cluster
 from tests.citus.conftest import CITUS_TEST_KEYS
 from tests.citus.test_cluster_changes import _completions
 from tests.e2e import flows
-from tests.e2e.test_shard_kills import WORKER_ROLE, _holders, _of
+from tests.e2e.test_shard_kills import WORKER_ROLE, _every_key_held_by
 from tests.helpers import eventually, started_processes
 
 RUNS = 200
@@ -48,13 +48,6 @@ def spawn(citus_cluster: Cluster, citus_schema: str) -> Iterator[Spawn]:
             )
 
         yield spawn
-
-
-async def _every_key_held_by(engine: AsyncEngine, role: str, pids: list[int]) -> bool:
-    holders = await _holders(engine, role)
-    live = {o: keys for o, keys in holders.items() if any(_of({o: keys}, p) for p in pids)}
-    held = sorted(key for keys in live.values() for key in keys)
-    return held == list(range(CITUS_TEST_KEYS)) and len(live) == len(pids)
 
 
 async def _prepared_on_nodes(cluster: Cluster) -> int:
@@ -86,7 +79,7 @@ async def test_kill_9_of_processes_and_a_node_restart_lose_and_double_nothing(
             for role, processes in (("decider", deciders), (WORKER_ROLE, workers)):
                 pids = [p.pid for p in processes]
                 await eventually(
-                    functools.partial(_every_key_held_by, engine, role, pids),
+                    functools.partial(_every_key_held_by, engine, role, pids, CITUS_TEST_KEYS),
                     f"the {role} processes to share all {CITUS_TEST_KEYS} keys",
                     timeout=90,
                 )
