@@ -19,8 +19,8 @@ from legato.schema.types import uuid7_bound
 
 
 def conditions_of(chosen: RunFilter) -> list[ColumnElement[bool]]:
-    """The conditions on ``runs`` that ``chosen`` sets (its statements here and the
-    dashboard's runs list, ``ui_queries.list_runs``)."""
+    """The conditions on ``runs`` that ``chosen`` sets (``runs.list_runs``,
+    ``runs.count_runs`` and the dashboard's runs list, ``ui_queries.list_runs``)."""
     conditions: list[ColumnElement[bool]] = []
     if chosen.workflow is not None:
         conditions.append(Runs.workflow_name == chosen.workflow)
