@@ -153,10 +153,11 @@ class Bench:
     def options(self, workflow: str, queue: str = QUEUE) -> Any:
         return {"workflow_name": workflow, "queue_name": queue}
 
-    def enqueue_batched(self, workflow: str, n: int) -> None:
-        for offset in range(0, n, BATCH):
+    def enqueue_batched(self, workflow: str, n: int, batch: int = BATCH) -> None:
+        """``n`` runs of ``workflow``, ``batch`` per transaction."""
+        for offset in range(0, n, batch):
             with self.engine.begin() as conn:
-                for i in range(offset, min(n, offset + BATCH)):
+                for i in range(offset, min(n, offset + batch)):
                     self.client.enqueue_in_transaction(conn, self.options(workflow), i)
 
     def pending(self) -> int:
@@ -198,9 +199,7 @@ class Bench:
             before = asyncio.run(counters(self.url))
             if window is not None:
                 window.open()
-            with self.engine.begin() as conn:
-                for i in range(n):
-                    self.client.enqueue_in_transaction(conn, self.options(workflow), i)
+            self.enqueue_batched(workflow, n, batch=n)  # the backlog in one transaction
             t0 = time.perf_counter()
             deadline = t0 + max(120.0, n / 10)
             while self.pending() > 0:

@@ -117,7 +117,12 @@ class DeciderLoop(Loop):
         # Keys that may have runs to decide, in the order they are taken.
         self._dirty: dict[int, None] = {}
         self._all_marked_at = -float("inf")  # when every held key was last marked dirty
-        self.sleep_gate = SleepGate(engine, poll_interval)  # sets the keys' sleep flags
+        # Sets the keys' sleep flags. The NOTIFY that ends a sleep must not be dropped for
+        # a report flush that expected to send one while this loop was awake (and so sent
+        # none): the listening loop forgets those absorbs as it falls asleep.
+        self.sleep_gate = SleepGate(
+            engine, poll_interval, on_asleep=self._forget_absorbed if wakeups else None
+        )
 
     async def run(self) -> None:
         """Listen on the decide channel for the keys with new work, then run the loop."""
@@ -164,15 +169,13 @@ class DeciderLoop(Loop):
     async def tick(self) -> bool:
         """A tick that found nothing more to do sleeps only once the held keys' sleep
         flags are set, so that their next writer NOTIFYs (``decider_sleep``)."""
-        if await self._take_dirty():
-            return True
-        sleeps = self.sleep_gate.sleeps
-        awake = await self.sleep_gate.keep_ticking(self.held.held(), self._sleep, self.decided)
-        if self.sleep_gate.sleeps != sleeps and self._wakeups is not None:
-            # The NOTIFY that ends this sleep must not be dropped for a report flush that
-            # expected to send one while this loop was awake (and so sent none).
+        return await self._take_dirty() or await self.sleep_gate.keep_ticking(
+            self.held.held(), self._sleep, self.decided
+        )
+
+    def _forget_absorbed(self) -> None:
+        if self._wakeups is not None:
             self._wakeups.forget_absorbed(self._decide_channel)
-        return awake
 
     async def _take_dirty(self) -> bool:
         """One take per dirty held key (distributed layout, each key's batch in its own

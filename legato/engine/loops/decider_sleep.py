@@ -26,8 +26,16 @@ _LAST_LOOK = 0.05
 class SleepGate:
     """Asks, when a decider's tick found nothing more, whether it may sleep."""
 
-    def __init__(self, engine: AsyncEngine, poll_interval: float) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        poll_interval: float,
+        on_asleep: Callable[[], None] | None = None,
+    ) -> None:
         self.engine = engine
+        # Called each time the flags are set: what this process must do before the
+        # NOTIFY that ends the sleep can arrive (the decider's: forget stale absorbs).
+        self._on_asleep = on_asleep
         self.enabled = not routed_engine(engine)
         self.most_between_looks = min(_LAST_LOOK, poll_interval)
         self.sleeps = 0  # times the flags were set (each allows one NOTIFY per key)
@@ -52,6 +60,8 @@ class SleepGate:
         if answer is Settled.ASLEEP:
             self._unsettled = 0
             self.sleeps += 1
+            if self._on_asleep is not None:
+                self._on_asleep()
             return False
         self._unsettled += 1
         if answer is Settled.BUSY or self._unsettled > 1:
