@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +23,18 @@ CONTEXT_FIELDS = ("run_id", "workflow", "node", "iteration", "attempt", "task")
 
 # The attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+NAMED_RUNS = 5  # run ids a log line about a batch names before it counts the rest
+
+
+def named_runs(run_ids: Iterable[object]) -> str:
+    """The distinct runs of a batch for one log line: the first few ids, then how many
+    more (a failed report flush names the runs an operator can look up)."""
+    distinct = list(dict.fromkeys(str(run_id) for run_id in run_ids))
+    named = ", ".join(distinct[:NAMED_RUNS])
+    more = len(distinct) - NAMED_RUNS
+    return f"{named} and {more} more" if more > 0 else named
 
 
 def attempt_context(

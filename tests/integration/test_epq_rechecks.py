@@ -244,6 +244,30 @@ async def test_limited_claim_candidates_then_lease(engine: AsyncEngine, paused_r
     assert sorted(c.task_id for c in claimed) == sorted(task_ids)
 
 
+async def test_lease_keeper_extension(engine: AsyncEngine, paused_role: str) -> None:
+    """The single-node lease keeper's one statement over its attempts of every key
+    (``paused_role`` for the scan pause ``_queued_tasks`` installs, unused here)."""
+    task_ids = await _queued_tasks(engine)
+    async with engine.begin() as conn:
+        await task_queue.claim(
+            conn, KEY, "default", ["work"], "epq-worker", 10, timedelta(seconds=30)
+        )
+    held = await _with_recheck(
+        engine,
+        f"UPDATE legato.task_queue SET priority = priority WHERE task_id = '{task_ids[1]}'",
+        lambda conn: queue_leases.extend_held(
+            conn, "epq-worker", [(KEY, "default", t) for t in task_ids], timedelta(minutes=5)
+        ),
+        paused=None,
+    )
+    assert held == set(task_ids)
+    async with engine.connect() as conn:
+        leases = await conn.execute(
+            select(TaskQueue.lease_expires_at).where(TaskQueue.task_id.in_(task_ids))
+        )
+        assert all(e > datetime.now(UTC) + timedelta(minutes=4) for e in leases.scalars())
+
+
 async def _decide_rows(engine: AsyncEngine) -> list[uuid.UUID]:
     run_ids = await _runs(engine, 2)
     past = datetime.now(UTC) - timedelta(seconds=10)

@@ -129,6 +129,40 @@ async def test_the_worker_lease_keeper_is_supervised(engine: AsyncEngine) -> Non
         await runtime.stop()
 
 
+async def test_a_refused_report_flush_is_retried_and_names_its_runs(
+    engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database refuses the first flush of a finished attempt (as a deadlock victim
+    is refused): the worker keeps the report, says which runs in one line, and the run
+    finishes once the retry commits."""
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("CREATE SEQUENCE legato.test_flushes")
+        await conn.exec_driver_sql("""
+CREATE FUNCTION legato.test_refuse_first_flush() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval('legato.test_flushes') = 1 THEN
+    RAISE EXCEPTION 'refused for the test' USING ERRCODE = '40P01';
+  END IF;
+  RETURN OLD;
+END $$""")
+        await conn.exec_driver_sql(
+            "CREATE TRIGGER test_refuse_first_flush BEFORE DELETE ON legato.task_queue "
+            "FOR EACH ROW EXECUTE FUNCTION legato.test_refuse_first_flush()"
+        )
+    caplog.set_level(logging.WARNING, logger="legato")
+    runtime = Runtime(engine, flows.app, poll_interval=0.1)
+    await runtime.start()
+    try:
+        handle = await Client(engine).start(flows.chain, 3)
+        assert await handle.result(timeout=30) == 9  # (3 + 1) * 2 + 1
+    finally:
+        await runtime.stop()
+    refused = [r.getMessage() for r in caplog.records if "reporting" in r.getMessage()]
+    assert len(refused) == 1, refused
+    assert str(handle.run_id) in refused[0] and "refused for the test" in refused[0]
+    assert "retrying in" in refused[0]
+
+
 async def test_listening_starts_once_the_database_answers(database_url: str) -> None:
     attempts: list[int] = []
     dsn = database_url.replace("postgresql+asyncpg://", "postgresql://")

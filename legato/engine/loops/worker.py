@@ -54,6 +54,7 @@ from legato.engine.repositories import fair_claims, notify, queue_leases, task_q
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
 from legato.flow import App
+from legato.observability.logs import named_runs
 from legato.outages import database_failure, is_database_error, traceback_at_debug
 from legato.schema import Shards
 
@@ -387,8 +388,9 @@ class Worker(Loop):
                 raise  # a bug: the flusher's supervisor restarts it, the reports kept
             self._report_backoff = min(max(self._report_backoff * 2, 0.1), 5.0)
             log.warning(
-                "reporting %d results failed (%s); retrying in %.1fs",
+                "reporting %d results (runs %s) failed (%s); retrying in %.1fs",
                 len(self._reports),
+                named_runs(r.move.run_id for r in self._reports),
                 database_failure(error),
                 self._report_backoff,
                 exc_info=traceback_at_debug(log, error),
@@ -432,19 +434,31 @@ class Worker(Loop):
         running = alive(self._inflight, time.monotonic())
         if not running:
             return
-        by_shard: dict[int, list[tuple[str, uuid.UUID]]] = {}
-        for task_id, flight in running.items():
-            by_shard.setdefault(flight.claimed.shard, []).append((flight.claimed.queue, task_id))
-        held: set[uuid.UUID] = set()
-        async with self.engine.begin() as conn:
-            for shard, keys in sorted(by_shard.items()):
-                held |= await queue_leases.extend_leases(
-                    conn, shard, self.worker_id, keys, self.lease
-                )
+        held = await self._extend(
+            [(f.claimed.shard, f.claimed.queue, task_id) for task_id, f in running.items()]
+        )
         for task_id, flight in running.items():
             if task_id not in held and flight.task is not None:
                 flight.lost = True
                 flight.task.cancel()
+
+    async def _extend(self, keys: list[tuple[int, str, uuid.UUID]]) -> set[uuid.UUID]:
+        """Extend these leases: one statement on one PostgreSQL; on a distributed one a
+        transaction per key, so no transaction holds one key's rows while it waits for
+        another's (a report flush removes finished attempts' rows meanwhile)."""
+        if not self.shards.distributed:
+            async with self.engine.begin() as conn:
+                return await queue_leases.extend_held(conn, self.worker_id, keys, self.lease)
+        by_shard: dict[int, list[tuple[str, uuid.UUID]]] = {}
+        for shard, queue, task_id in keys:
+            by_shard.setdefault(shard, []).append((queue, task_id))
+        held: set[uuid.UUID] = set()
+        for shard, queue_keys in sorted(by_shard.items()):
+            async with self.engine.begin() as conn:
+                held |= await queue_leases.extend_leases(
+                    conn, shard, self.worker_id, queue_keys, self.lease
+                )
+        return held
 
     # -- stopping ---------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 and found expired, what a worker still holds, and the rows of finished attempts removed.
 
 Like ``task_queue``'s, every statement here works within one shard key, but for the
-marked spanning read of a single-node installation (``expired_held``) and the marked
-fan-out (``leased_by``).
+``*_held`` statements of a single-node installation (``shard = ANY`` over the keys a
+loop holds) and the marked fan-out (``leased_by``).
 """
 
 from __future__ import annotations
@@ -55,6 +55,39 @@ async def extend_leases(
         .values(lease_expires_at=func.now() + lease)
         .returning(TaskQueue.task_id)
         .add_cte(slots)
+    )
+    return set(result.scalars())
+
+
+async def extend_held(
+    conn: AsyncConnection,
+    owner: str,
+    keys: Sequence[tuple[int, str, uuid.UUID]],
+    lease: timedelta,
+) -> set[uuid.UUID]:
+    """:func:`extend_leases` of attempts of any key, given as (shard, queue, task_id), in
+    ONE statement (worker's lease keeper on a single-node installation). One statement
+    locks its queue rows in primary-key order and then their slots, as the report
+    flush's :func:`remove_held` does, so the two cannot deadlock over an attempt that
+    finishes while its lease is extended. Primary key."""
+    if not keys:
+        return set()
+    task_ids = [task_id for _, _, task_id in keys]
+    slots = concurrency.extended(
+        uuid_array("slot_task_ids", task_ids), bindparam("slot_owner", owner, type_=Text()), lease
+    )
+    result = await conn.execute(
+        update(TaskQueue.table)
+        .where(
+            in_array(TaskQueue.shard, shards_param()),
+            in_array(TaskQueue.queue, text_array("queues", sorted({q for _, q, _ in keys}))),
+            in_array(TaskQueue.task_id, uuid_array("task_ids", task_ids)),
+            TaskQueue.lease_owner == owner,
+        )
+        .values(lease_expires_at=func.now() + lease)
+        .returning(TaskQueue.task_id)
+        .add_cte(slots),
+        {SHARDS_PARAM: sorted({shard for shard, _, _ in keys})},
     )
     return set(result.scalars())
 
