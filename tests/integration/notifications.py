@@ -26,6 +26,7 @@ class Heard:
         self.got: list[tuple[str, str]] = []
         self.sentinel = f"{self.schema}_test_sentinel"
         self.decide_channel = notify.decide_channel(self.schema)
+        self.tasks_channel = notify.tasks_channel(self.schema)
 
     async def __aenter__(self) -> Heard:
         for channel in (

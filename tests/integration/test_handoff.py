@@ -8,6 +8,7 @@ import asyncio
 import math
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest_asyncio
 from sqlalchemy import event, func, select
@@ -16,8 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato import App, Client, Flow, Node, Runtime, TaskContext, TaskState, task, workflow
 from legato.engine.loops.worker import Worker
 from legato.engine.transport.wakeups import Wakeups
-from legato.schema import Tasks
+from legato.schema import TaskQueue, Tasks
 from tests.helpers import eventually
+from tests.integration.notifications import Heard
 
 
 class Gate:
@@ -102,6 +104,63 @@ async def test_a_decision_hands_new_attempts_to_the_local_worker(
     # What a claim would have stamped: started when leased, never before it was available.
     assert len(stamps) == 10
     assert all(started is not None and started >= available for available, started in stamps)
+
+
+async def test_a_handed_attempt_is_written_leased_by_the_decision_itself(
+    engine: AsyncEngine, client: Client
+) -> None:
+    """The decision's one write inserts the attempt RUNNING and its queue row leased to
+    the local worker, the lease running from the server's clock: no statement of its
+    own leases it afterwards, no row version is updated to do so, and no NOTIFY wakes
+    a worker for it."""
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    async with Runtime(engine, app, poll_interval=60) as runtime, Heard(engine) as heard:
+        assert runtime.handoff is not None and runtime.worker is not None
+        await _swept(runtime)
+        await heard.settled()
+        event.listen(engine.sync_engine, "before_cursor_execute", record)
+        try:
+            handle = await client.start(held_fanout, [7])
+            await eventually(lambda: GATE.inside == 1, "the attempt to be running")
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", record)
+        assert runtime.handoff.handed == 1
+        # The row written leased woke no worker, here or in any other process.
+        assert [ch for ch, _ in await heard.settled() if ch == heard.tasks_channel] == []
+        async with engine.connect() as conn:
+            queued = (
+                await conn.execute(
+                    select(
+                        TaskQueue.lease_owner,
+                        TaskQueue.lease_expires_at,
+                        TaskQueue.available_at,
+                        func.now(),
+                    )
+                )
+            ).one()
+            attempt = (
+                await conn.execute(
+                    select(Tasks.state, Tasks.lease_owner, Tasks.started_at).where(
+                        Tasks.task_name == "held"
+                    )
+                )
+            ).one()
+        GATE.open.set()
+        assert await handle.result(timeout=20) == [70]
+        worker_id = runtime.worker.worker_id
+        lease = runtime.worker.lease
+    owner, expires_at, available_at, server_now = queued
+    assert owner == worker_id and expires_at is not None
+    assert lease - timedelta(seconds=10) < expires_at - server_now <= lease
+    assert attempt == (TaskState.RUNNING, worker_id, available_at)
+    # A claim's lease, or the old hand-off's: an UPDATE of the queue rows by a CTE.
+    leases = [s for s in statements if s.startswith("WITH leased AS")]
+    assert leases == [], leases
+    assert any(s.startswith("WITH inserted_tasks AS") for s in statements)
 
 
 async def test_hand_offs_stay_within_the_worker_concurrency_and_a_remote_worker_gets_the_rest(

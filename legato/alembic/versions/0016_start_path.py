@@ -78,15 +78,20 @@ END;
 $$"""
 
 
-def _queue_function(schema: str, table: str, channel: str, due_only: bool) -> str:
+def _queue_function(
+    schema: str, table: str, channel: str, due_only: bool, unleased_only: bool = False
+) -> str:
+    """The queue trigger's function; ``unleased_only`` (0019, task_queue): rows written
+    leased to a worker (a hand-off) wake no one."""
     s = _q(schema)
-    due = (
+    conditions = []
+    if due_only:
         # clock_timestamp(), not now(): a long transaction's start is no guide to what
         # is due at its commit; a second's slack covers the senders' clocks.
-        "\n              WHERE available_at <= clock_timestamp() + interval '1 second'"
-        if due_only
-        else ""
-    )
+        conditions.append("available_at <= clock_timestamp() + interval '1 second'")
+    if unleased_only:
+        conditions.append("lease_expires_at IS NULL")
+    due = f"\n              WHERE {' AND '.join(conditions)}" if conditions else ""
     return f"""
 CREATE OR REPLACE FUNCTION {s}.{_q(f"notify_{table}_v2")}() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -251,10 +251,8 @@ class DeciderLoop(Loop):
                     self.helper.decide_now(keys)  # more may wait in these keys
                 batch = await decide_runs(
                     conn, self.shards, self._keys_of(claimed), claimed, self.specs, now,
-                    self.inputs, self.fair,
+                    self.inputs, self.fair, local,
                 )
-                for shard, rows in batch.enqueues_by_key().items():
-                    await local.lease(conn, shard, rows, now)
                 await self._announce(conn, batch.cancels_attempts)
             if local.leased:
                 # The attempts just handed to this process's worker start before this
@@ -284,9 +282,8 @@ class DeciderLoop(Loop):
                     async with conn.begin_nested():
                         batch = await decide_runs(
                             conn, self.shards, [shard], [run_id], self.specs, now,
-                            self.inputs, self.fair,
+                            self.inputs, self.fair, local,
                         )
-                        await local.lease(conn, shard, batch.enqueues, now)
                 except Exception as error:
                     if conn.invalidated:
                         raise  # the connection died, not the decision: the tick is retried

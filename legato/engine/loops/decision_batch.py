@@ -56,6 +56,7 @@ from legato.engine.repositories import (
     timers,
 )
 from legato.engine.timer_semantics import timer_row
+from legato.engine.transport.handoff import DecisionLeases
 from legato.flow.spec import WorkflowSpec
 from legato.schema import RunStatus, Shards, TaskState
 
@@ -113,11 +114,17 @@ class Batch:
     facts: list[hooks.DecisionFacts] = field(default_factory=list)  # logged after commit
     lifecycle: list[outbox.Event] = field(default_factory=list)  # webhooks, same transaction
     fair: fair_keys.FairKeys | None = None  # the app's fair queues, whose rows get keys
+    # The decision's hand-off to its process's worker: what it takes of the enqueued
+    # attempts is written leased to it (none without a local worker).
+    handing: DecisionLeases | None = None
+    runs_of: dict[uuid.UUID, runs.RunRow] = field(default_factory=dict)
 
-    def enqueues_by_key(self) -> dict[int, list[task_queue.NewQueueRow]]:
-        """The attempts this batch enqueues, by their runs' keys, keys ascending."""
+    def by_key(
+        self, rows: Sequence[task_queue.NewQueueRow]
+    ) -> dict[int, list[task_queue.NewQueueRow]]:
+        """Enqueued attempts by their runs' keys, keys ascending."""
         grouped: dict[int, list[task_queue.NewQueueRow]] = {}
-        for row in self.enqueues:
+        for row in rows:
             grouped.setdefault(self.shards.of_run(row.run_id), []).append(row)
         return dict(sorted(grouped.items()))
 
@@ -127,6 +134,7 @@ class Batch:
 
     def add(self, run: runs.RunRow, last_seq: int, actions: Sequence[Action]) -> None:
         """Gather one run's actions, in the decider's order, as rows."""
+        self.runs_of[run.id] = run
         seq = last_seq
         for action in actions:
             match action:
@@ -249,11 +257,20 @@ class Batch:
             await queue_leases.remove_held(conn, held)
         else:
             await queue_leases.remove(conn, self.shard, [(q, t) for _, q, t in cancelled])
+        enqueues = self.by_key([row for row in self.enqueues if row.task_id not in resolved])
+        handed = self._choose(enqueues, folded)
+        owner = None if self.handing is None else self.handing.owner
+        creates = [row._replace(observed=True) if row.id in observed else row for row in folded]
         writes = decisions.Writes(
             creates=[
-                row._replace(observed=True) if row.id in observed else row for row in folded
+                _handed_task(row, self.now, owner) if row.id in handed else row
+                for row in creates
             ],
-            enqueues=[row for row in self.enqueues if row.task_id not in resolved],
+            enqueues=[
+                row._replace(lease_owner=owner) if row.task_id in handed else row
+                for rows in enqueues.values()
+                for row in rows
+            ],
             timers=self.timers,
             consumed=self.consumed,
             moves=[
@@ -271,6 +288,7 @@ class Batch:
                 runs.Finish(run_id=run.id, status=f.status, output=f.output, error=f.error)
                 for run, f in self.finishes
             ],
+            handed_lease=None if self.handing is None else self.handing.lease,
         )
         if self.shard is None:
             applied = await decisions.write_held(conn, self.shards, writes, self.now)
@@ -286,6 +304,57 @@ class Batch:
             if await runs.request_cancel(conn, child_shard, child_id, self.now):
                 await decide_queue.enqueue(conn, child_shard, [child_id], "parent cancelled")
         await complete_parents(conn, self.shards, self.finishes)
+        # Last: a write that failed above hands nothing over.
+        if self.handing is not None:
+            for shard, rows in enqueues.items():
+                claimed = [
+                    self._claimed(shard, row, handed[row.task_id])
+                    for row in rows
+                    if row.task_id in handed
+                ]
+                await self.handing.written(conn, shard, rows, claimed, self.now)
+
+    def _choose(
+        self,
+        enqueues: dict[int, list[task_queue.NewQueueRow]],
+        creates: Sequence[tasks.NewTask],
+    ) -> dict[uuid.UUID, tasks.NewTask]:
+        """The attempts handed to the local worker, by task id, with the rows that
+        create them: of those this batch creates queued (every enqueued attempt is)."""
+        if self.handing is None:
+            return {}
+        queued = {row.id: row for row in creates if row.state is TaskState.QUEUED}
+        handed: dict[uuid.UUID, tasks.NewTask] = {}
+        for shard, rows in enqueues.items():
+            chosen = self.handing.choose(shard, [r for r in rows if r.task_id in queued], self.now)
+            handed.update((row.task_id, queued[row.task_id]) for row in chosen)
+        return handed
+
+    def _claimed(
+        self, shard: int, row: task_queue.NewQueueRow, task: tasks.NewTask
+    ) -> task_queue.Claimed:
+        """What the worker runs of an attempt written leased to it: what its claim reads."""
+        run = self.runs_of[row.run_id]
+        return task_queue.Claimed(
+            shard=shard,
+            queue=row.queue,
+            task_id=row.task_id,
+            run_id=row.run_id,
+            attempt=row.attempt,
+            task_name=row.task_name,
+            node_id=task.node_id,
+            iteration=task.iteration,
+            input=task.input,
+            workflow_name=run.workflow_name,
+            available_at=row.available_at,
+            started_at=self.now,
+            trace_context=run.trace_context,
+        )
+
+
+def _handed_task(row: tasks.NewTask, now: datetime, owner: str | None) -> tasks.NewTask:
+    """An attempt born started: RUNNING since the decision's clock, held by ``owner``."""
+    return row._replace(state=TaskState.RUNNING, started_at=now, lease_owner=owner)
 
 
 class DecisionAborted(Exception):
@@ -301,9 +370,11 @@ async def decide_runs(
     now: datetime,
     inputs: InputChecks | None = None,
     fair: fair_keys.FairKeys | None = None,
+    handing: DecisionLeases | None = None,
 ) -> Batch:
     """Lock, load, decide and apply a batch of runs of ``keys``, in the caller's
-    transaction. In the distributed layout ``keys`` is one key and every statement is
+    transaction, handing what the process's own worker takes of the new attempts to it
+    (``handing``). In the distributed layout ``keys`` is one key and every statement is
     within it; on one PostgreSQL the lock, the snapshot and the writes each span the
     batch's keys in one statement. A run started from SQL whose input does not fit its
     model (``inputs``) fails instead of being decided."""
@@ -326,6 +397,7 @@ async def decide_runs(
         shard=keys[0] if shards.distributed else None,
         queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
         fair=fair,
+        handing=handing,
     )
     for run, last_seq in running:
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -52,6 +52,9 @@ class Writes:
     events: Sequence[run_events.NewEvent]
     lifecycle: Sequence[outbox.Event]
     finishes: Sequence[runs.Finish]
+    # The lease of the ``enqueues`` handed to the decider's own worker (a
+    # ``lease_owner``): their expiry is this past the statement's server clock.
+    handed_lease: timedelta | None = None
 
 
 async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime) -> set[uuid.UUID]:
@@ -89,7 +92,8 @@ async def _write_routed(
         _routed_parts(writes),
         tasks.moved(),
         params,
-        enqueued=bool(writes.enqueues),
+        # As the trigger it stands for (migration 0019): rows written leased wake no one.
+        enqueued=any(row.lease_owner is None for row in writes.enqueues),
         history=[f"{run_id}:{seq}" for run_id, seq in sorted(last.items())],
     )
 
@@ -123,7 +127,7 @@ def _params(shard: int, writes: Writes, now: datetime) -> dict[str, Any]:
         **runs.finished_params(shard, writes.finishes),
     }
     if writes.enqueues:
-        params.update(task_queue.enqueued_params(shard, writes.enqueues))
+        params.update(task_queue.enqueued_params(shard, writes.enqueues, writes.handed_lease))
     if writes.lifecycle:
         params.update(outbox.published_params(shard, writes.lifecycle))
     return params

@@ -49,6 +49,7 @@ from sqlalchemy import Sequence as Sequence_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
 
 from legato.engine.repositories.notify import (
     decide_channel,
@@ -81,12 +82,16 @@ OUTBOX_IDS = Sequence_("outbox_id_seq", schema=Outbox.table.schema)
 
 
 @cache
-def anchored(batch: Unnest[Any], run_id: str = "run_id") -> Insert:
+def anchored(
+    batch: Unnest[Any], run_id: str = "run_id", **constants: ColumnElement[Any]
+) -> Insert:
     """``batch.insert`` routed: each row joined to its run (``runs`` of key ``:in_shard``,
-    by the field ``run_id``), its ``shard`` taken from the run. A row of a run not in
-    the key is not written (there is none: every row of a batch is of its key)."""
+    by the field ``run_id``), its ``shard`` taken from the run, plus ``constants`` as
+    ``batch.insert`` takes them. A row of a run not in the key is not written (there is
+    none: every row of a batch is of its key)."""
     rows = batch.alias
     values = {batch.targets[name].key: batch.value(name) for name in batch.targets}
+    values.update(constants)
     values["shard"] = Runs.shard
     source = (
         select(*values.values())

@@ -69,6 +69,7 @@ class RunRow:
     timed_out: bool = False
     # Started from SQL: its input has not been checked against the workflow's model.
     input_unchecked: bool = False
+    trace_context: JsonValue = None  # the starter's W3C trace context, for its attempts
 
 
 # The columns every read of a run selects, in order, as typed by the schema.
@@ -86,6 +87,7 @@ _RunColumns = tuple[
     datetime,
     datetime,
     bool,
+    JsonValue,
 ]
 
 
@@ -104,6 +106,7 @@ def _select() -> Select[*_RunColumns]:
         Runs.finished_at,
         Runs.timed_out_at,
         Runs.input_unchecked,
+        Runs.trace_context,
     )
 
 
@@ -122,6 +125,7 @@ def _row(row: tuple[*_RunColumns]) -> RunRow:
         finished,
         timed_out_at,
         input_unchecked,
+        trace_context,
     ) = row
     return RunRow(
         id=run_id,
@@ -137,6 +141,7 @@ def _row(row: tuple[*_RunColumns]) -> RunRow:
         finished_at=finished,
         timed_out=timed_out_at is not None,
         input_unchecked=input_unchecked,
+        trace_context=trace_context,
     )
 
 
@@ -362,7 +367,7 @@ async def lock_many(
     result = await conn.execute(
         _lock_statement(False), {"run_ids": list(run_ids), "in_shard": shard}
     )
-    return [(_row(row[:13]), row[13]) for row in result]
+    return [(_row(row[:-1]), row[-1]) for row in result]
 
 
 async def lock_many_held(
@@ -375,7 +380,7 @@ async def lock_many_held(
     result = await conn.execute(
         _lock_statement(True), {"run_ids": list(run_ids), "in_shards": list(keys)}
     )
-    return [(_row(row[:13]), row[13]) for row in result]
+    return [(_row(row[:-1]), row[-1]) for row in result]
 
 
 async def get(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> RunRow | None:

@@ -28,7 +28,9 @@ from sqlalchemy import (
     SmallInteger,
     Text,
     bindparam,
+    case,
     func,
+    null,
     select,
     update,
 )
@@ -56,7 +58,9 @@ class NewQueueRow(NamedTuple):
 
     Its key is the batch's (``enqueued_params(shard, rows)``): every row of a batch
     belongs to runs of that one key. ``fair_key``/``fair_weight``: set on a fair queue's
-    rows only (``legato.engine.fair_keys``)."""
+    rows only (``legato.engine.fair_keys``). ``lease_owner``: a row handed to the
+    decider's own worker, inserted leased to it (``legato.engine.transport.handoff``):
+    it never enters the claim's index, and its lease runs from the server's clock."""
 
     queue: str
     task_id: uuid.UUID
@@ -67,9 +71,23 @@ class NewQueueRow(NamedTuple):
     available_at: datetime
     fair_key: str | None = None
     fair_weight: int | None = None
+    lease_owner: str | None = None
 
 
 _NEW_ROWS = Unnest("new_queue_rows", NewQueueRow, TaskQueue)
+HANDED_LEASE = "handed_lease"  # the lease of the rows inserted leased (an interval)
+
+
+def _handed_lease() -> ColumnElement[Any]:
+    """A handed row's lease expiry, from the server's clock as a claim's is (the
+    decision's own clock stamps only when the attempt became available and started)."""
+    return case(
+        (
+            _NEW_ROWS.value("lease_owner").is_not(None),
+            func.statement_timestamp() + bindparam(HANDED_LEASE, type_=Interval()),
+        ),
+        else_=null(),
+    )
 
 
 async def enqueue(conn: AsyncConnection, shard: int, rows: Sequence[NewQueueRow]) -> None:
@@ -87,7 +105,8 @@ def enqueued(spanning: bool = False) -> Insert:
     its statement trigger NOTIFYs the workers once, with the key as payload (even for no
     rows, so a decision that enqueues nothing leaves it out). Built once."""
     return _NEW_ROWS.insert(
-        shard=run_shard(_NEW_ROWS.value("run_id")) if spanning else shard_param()
+        shard=run_shard(_NEW_ROWS.value("run_id")) if spanning else shard_param(),
+        lease_expires_at=_handed_lease(),
     )
 
 
@@ -96,11 +115,14 @@ def enqueued_routed() -> Insert:
     """:func:`enqueued` on a distributed install (``routed.anchored``: the queue rows
     joined to their runs of key ``:in_shard``, so Citus routes it to the key's node); a statement
     of ``decisions.write`` of its own there, bound by :func:`enqueued_params`."""
-    return routed.anchored(_NEW_ROWS)
+    return routed.anchored(_NEW_ROWS, lease_expires_at=_handed_lease())
 
 
-def enqueued_params(shard: int, rows: Sequence[NewQueueRow]) -> dict[str, Any]:
-    return {**_NEW_ROWS.bind(rows), "in_shard": shard}
+def enqueued_params(
+    shard: int, rows: Sequence[NewQueueRow], lease: timedelta | None = None
+) -> dict[str, Any]:
+    """The parameters of :func:`enqueued`; ``lease``: of the rows with a ``lease_owner``."""
+    return {**_NEW_ROWS.bind(rows), "in_shard": shard, HANDED_LEASE: lease}
 
 
 def queue_keys(
@@ -188,14 +210,14 @@ def _claim_statement(spanning: bool) -> _LeaseReturning:
     return _lease_statement(locked(candidates, "candidates"), spanning=spanning)
 
 
-def _lease_statement(chosen: Any, clock: Any = None, spanning: bool = False) -> _LeaseReturning:
+def _lease_statement(chosen: Any, spanning: bool = False) -> _LeaseReturning:
     """Lease the ``task_queue`` rows ``chosen`` (queue, task_id) of key ``in_shard`` to
     ``owner`` and mark their attempts RUNNING, returning what the worker needs to run
-    them; ``clock`` (the transaction's ``now()`` unless given) stamps the lease and
-    ``started_at``. Each table is filtered by the one key parameter, or, ``spanning``,
-    by the key of each chosen row (``chosen.c.shard``)."""
+    them; the transaction's ``now()`` stamps the lease and ``started_at``. Each table is
+    filtered by the one key parameter, or, ``spanning``, by the key of each chosen row
+    (``chosen.c.shard``)."""
     owner = bindparam("owner", type_=Text())
-    clock = func.now() if clock is None else clock
+    clock = func.now()
     leased = (
         update(TaskQueue.table)
         .where(
@@ -379,41 +401,10 @@ async def lease(
     :func:`lock_candidates` and mark them RUNNING, as :func:`claim` does (worker's
     limited claim, after its limits admitted them). Primary keys; the rows are locked
     already, so nothing is rechecked."""
-    return await _lease_given(conn, _lease_given_statement(), shard, keys, owner, lease)
-
-
-async def hand_off(
-    conn: AsyncConnection,
-    shard: int,
-    keys: Sequence[tuple[str, uuid.UUID]],
-    owner: str,
-    lease: timedelta,
-) -> list[Claimed]:
-    """Lease attempts of key ``shard`` this decision transaction enqueued to the worker
-    of its own process and mark them RUNNING, writing what :func:`claim` would (decider
-    loop's local hand-off, ``legato.engine.transport.handoff``). Primary keys of
-    ``task_queue`` and ``tasks``.
-
-    No lock is waited on and nothing can be rechecked (EvalPlanQual): both rows were
-    inserted by this same transaction, invisible to every other one until it commits,
-    so no concurrent update can meet them. Stamped with ``statement_timestamp()``, not
-    the transaction's ``now()``, because the attempts' ``available_at`` is the decision's
-    clock, read after the transaction began: the queue wait stays >= 0."""
-    return await _lease_given(conn, _hand_off_statement(), shard, keys, owner, lease)
-
-
-async def _lease_given(
-    conn: AsyncConnection,
-    statement: _LeaseReturning,
-    shard: int,
-    keys: Sequence[tuple[str, uuid.UUID]],
-    owner: str,
-    lease: timedelta,
-) -> list[Claimed]:
     if not keys:
         return []
     result = await conn.execute(
-        statement,
+        _lease_given_statement(),
         {
             "in_shard": shard,
             "queues": [queue for queue, _ in keys],
@@ -432,10 +423,5 @@ def _given_rows() -> Any:
 @cache
 def _lease_given_statement() -> _LeaseReturning:
     return _lease_statement(_given_rows())
-
-
-@cache
-def _hand_off_statement() -> _LeaseReturning:
-    return _lease_statement(_given_rows(), func.statement_timestamp())
 
 

@@ -239,6 +239,10 @@ class NewTask(NamedTuple):
     finished_at: datetime | None
     # Rows born terminal are recorded by the decision that creates them.
     observed: bool
+    # An attempt handed to the decider's own worker is born RUNNING, started at the
+    # decision's clock and held by that worker (``legato.engine.transport.handoff``).
+    started_at: datetime | None = None
+    lease_owner: str | None = None
 
 
 _NEW_TASKS = Unnest("new_tasks", NewTask, Tasks)

@@ -2,11 +2,12 @@
 
 When a process runs both roles (``legato dev``, a ``Runtime`` with the decider and
 worker roles), a new attempt need not travel decision commit -> NOTIFY -> the worker's
-claim transaction: the decision leases it to the local worker in its own transaction
-(``task_queue.hand_off``: the queue row leased, the attempt RUNNING, what a claim would
-have written, within the decision's shard key) and, once that transaction has
-committed, the worker runs the ``Claimed`` items it is handed in memory; each carries
-its key, so the worker's reports of it go to that key. Likewise a worker's committed
+claim transaction: the decision writes it leased to the local worker in its own write
+(the queue row inserted with the worker as ``lease_owner``, the attempt inserted
+RUNNING: what a claim would have written, with no statement of its own and no row
+version to update) and, once that transaction has committed, the worker runs the
+``Claimed`` items it is handed in memory; each carries its key, so the worker's
+reports of it go to that key. Likewise a worker's committed
 report nudges the local decider at once instead of waiting for the decide queue's
 NOTIFY. This process drops its own copy of the NOTIFY such a commit still sends for the
 other processes (:func:`absorb`), so its loops do not wake twice.
@@ -17,7 +18,7 @@ through ``Admission``), while the worker has free slots and nothing it could not
 may be queued: its last claim drained the queue and it was not woken with every slot
 taken (otherwise older rows wait, and the claim's priority order takes them as soon as
 a slot frees).
-Slots are reserved synchronously before the lease statement and released when the
+Slots are reserved synchronously before the decision's write and released when the
 decision ends, so the claims and the hand-offs together never exceed the worker's
 concurrency. Kill safety needs nothing new: the lease is part of the decision's commit;
 a process killed after it leaves a leased row whose lease expires, and the lease sweeper
@@ -169,18 +170,24 @@ class DecisionLeases:
     left_queued: set[int] = field(default_factory=set)  # keys with served work left queued
     absorbed: list[Absorbed] = field(default_factory=list)  # one per key it notifies
 
-    async def lease(
-        self,
-        conn: AsyncConnection,
-        shard: int,
-        rows: Sequence[task_queue.NewQueueRow],
-        now: datetime,
-    ) -> None:
-        """Lease to the local worker, in the decision's transaction ``conn``, what it may
-        take of the attempts ``rows`` of key ``shard`` this decision enqueued (decided at
-        ``now``); called once per key the transaction enqueued into."""
+    @property
+    def owner(self) -> str | None:
+        """The local worker the chosen attempts are written leased to (None: no worker)."""
+        return None if self.handoff is None else self.handoff.worker.worker_id
+
+    @property
+    def lease(self) -> timedelta | None:
+        return None if self.handoff is None else self.handoff.worker.lease
+
+    def choose(
+        self, shard: int, rows: Sequence[task_queue.NewQueueRow], now: datetime
+    ) -> list[task_queue.NewQueueRow]:
+        """What the local worker may take of the attempts ``rows`` of key ``shard`` this
+        decision enqueues (decided at ``now``), before they are written: its slots are
+        reserved for them, and the decision writes them leased to it and RUNNING
+        (``decision_batch.Batch.write``), what a claim would have written."""
         if not rows or self.handoff is None:
-            return
+            return []
         worker = self.handoff.worker
         chosen = eligible(rows, now, worker.serves_unlimited)
         take = worker.reserve(len(chosen))
@@ -189,18 +196,30 @@ class DecisionLeases:
         # this key now, not when the NOTIFY arrives.
         if take < len(eligible(rows, now, worker.serves)):
             self.left_queued.add(shard)
-        if take:
-            keys = [(row.queue, row.task_id) for row in chosen[:take]]
-            self.leased += await task_queue.hand_off(
-                conn, shard, keys, worker.worker_id, worker.lease
-            )
-        if any(row.available_at <= now for row in rows):
-            # The enqueue NOTIFYs once per key with due rows and transaction (PostgreSQL
-            # folds repeats; the payload is the key): the local worker has what it can
-            # run of this key, or is nudged for what stays queued, so this key's
-            # notification is dropped. Rows due later than the decision's clock may or
-            # may not notify (the trigger's second of slack): theirs is let through, an
-            # extra claim, never a lost one.
+        return chosen[:take]
+
+    async def written(
+        self,
+        conn: AsyncConnection,
+        shard: int,
+        rows: Sequence[task_queue.NewQueueRow],
+        handed: Sequence[task_queue.Claimed],
+        now: datetime,
+    ) -> None:
+        """The decision's transaction ``conn`` wrote the attempts ``rows`` of key
+        ``shard``, ``handed`` leased to the local worker, which runs them once it
+        commits; called once per key the transaction enqueued into."""
+        if not rows or self.handoff is None:
+            return
+        self.leased += handed
+        given = {claimed.task_id for claimed in handed}
+        if any(row.available_at <= now and row.task_id not in given for row in rows):
+            # The enqueue NOTIFYs once per key with due unleased rows and transaction
+            # (PostgreSQL folds repeats; the payload is the key; rows written leased to
+            # the local worker wake no one, migration 0019): the local worker is nudged
+            # for what stays queued, so this key's notification is dropped. Rows due
+            # later than the decision's clock may or may not notify (the trigger's
+            # second of slack): theirs is let through, an extra claim, never a lost one.
             self.absorbed.append(
                 await absorb(self.handoff.wakeups, conn, self.handoff.tasks_channel, str(shard))
             )
