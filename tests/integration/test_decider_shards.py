@@ -126,11 +126,12 @@ async def test_a_backlog_wakes_the_sibling_loop(engine: AsyncEngine, layout: Sha
 
 @contextmanager
 def takes(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The decide_queue takes ``engine`` sends inside the block."""
+    """The decide_queue takes ``engine`` sends inside the block (a statement of its own,
+    or the single-node call that also locks and reads)."""
     sent: list[str] = []
 
     def statement(_conn: Any, _cursor: Any, text: str, *_: Any) -> None:
-        if "DELETE FROM legato.decide_queue" in text:
+        if "DELETE FROM legato.decide_queue" in text or "decider_take_v1" in text:
             sent.append(text)
 
     event.listen(engine.sync_engine, "before_cursor_execute", statement)

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from legato.engine.repositories import (
     concurrency,
     decide_queue,
+    decider_take,
     decisions,
     outbox,
     queue_leases,
@@ -300,6 +301,37 @@ async def test_decider_take_of_chosen_runs(engine: AsyncEngine, paused_role: str
         paused=(paused_role, run_ids[1]),
     )
     assert list(taken) == run_ids
+
+
+async def test_single_node_decider_take_call(engine: AsyncEngine, paused_role: str) -> None:
+    """``decider_take_v1``'s take, rechecked inside the function."""
+    run_ids = await _decide_rows(engine)
+    taken = await _with_recheck(
+        engine,
+        f"UPDATE legato.decide_queue SET reason = 'changed' WHERE run_id = '{run_ids[1]}'",
+        lambda conn: decider_take.take_and_load(conn, [KEY], 10),
+        paused=(paused_role, run_ids[1]),
+    )
+    assert list(taken.failures) == run_ids
+    assert [run.id for run, _ in taken.locked] == run_ids
+    assert taken.loaded == {run_id: ([], []) for run_id in run_ids}
+
+
+async def test_single_node_decider_take_call_run_lock(
+    engine: AsyncEngine, paused_role: str
+) -> None:
+    """``decider_take_v1``'s lock of the taken runs, rechecked inside the function (the
+    paused role is not used: the lock waits on the updater's row)."""
+    run_ids = await _decide_rows(engine)
+    taken = await _with_recheck(
+        engine,
+        f"UPDATE legato.runs SET cancel_requested_at = now() WHERE id = '{run_ids[1]}'",
+        lambda conn: decider_take.take_and_load(conn, [KEY], 10),
+        paused=None,
+    )
+    assert [run.id for run, _ in taken.locked] == run_ids
+    # The lock read the committed update: the recheck happened.
+    assert [run.cancel_requested for run, _ in taken.locked] == [False, True]
 
 
 async def test_timer_take(engine: AsyncEngine, paused_role: str) -> None:

@@ -42,14 +42,18 @@ from legato.engine.loops.decider_sleep import SleepGate
 from legato.engine.loops.decision_batch import (
     SpecCache,
     decide_runs,
+    decide_taken,
+    lock_and_load,
 )
 from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy
 from legato.engine.repositories import (
     decide_queue,
+    decider_take,
     notify,
     outbox,
 )
+from legato.engine.repositories.decider_take import Taken
 from legato.engine.transport import handoff
 from legato.engine.transport.handoff import LocalHandoff
 from legato.engine.transport.wakeups import Wakeups, payload_shard, payloads
@@ -220,6 +224,20 @@ class DeciderLoop(Loop):
             return await decide_queue.take(conn, shard, limit, run_ids)
         return await decide_queue.take_held(conn, keys, self.shards.count, limit, run_ids)
 
+    async def _take_and_load(self, conn: AsyncConnection, keys: Sequence[int]) -> Taken:
+        """The layout's take of a batch, locked and read: one call on one PostgreSQL
+        (``decider_take_v1``); in the distributed layout, the take, then the lock and
+        the read, each a statement within the one key."""
+        if not self.shards.distributed:
+            self.takes += 1
+            return await decider_take.take_and_load(conn, keys, self.batch_size)
+        failures = await self._take(conn, keys, self.batch_size)
+        if not failures:
+            return Taken()
+        taken = await lock_and_load(conn, self.shards, keys, list(failures))
+        taken.failures = failures
+        return taken
+
     def _backlog(self, taken: int) -> bool:
         """Whether a take of ``taken`` runs says more wait, so the sibling loop should take
         too. In the distributed layout the tick already split the keys between the loops,
@@ -240,7 +258,8 @@ class DeciderLoop(Loop):
         claimed: list[uuid.UUID] = []
         try:
             async with handoff.decision(self.handoff) as local, self.engine.begin() as conn:
-                claimed = list(await self._take(conn, keys, self.batch_size))
+                taken = await self._take_and_load(conn, keys)
+                claimed = list(taken.failures)
                 if not claimed:
                     return False
                 # Read after the take, whose ``available_at <= now()`` used the server's
@@ -249,8 +268,8 @@ class DeciderLoop(Loop):
                 now = datetime.now(UTC)
                 if self.helper is not None and self._backlog(len(claimed)):
                     self.helper.decide_now(keys)  # more may wait in these keys
-                batch = await decide_runs(
-                    conn, self.shards, self._keys_of(claimed), claimed, self.specs, now,
+                batch = await decide_taken(
+                    conn, self.shards, self._keys_of(claimed), taken, self.specs, now,
                     self.inputs, self.fair, local,
                 )
                 await self._announce(conn, batch.cancels_attempts)

@@ -55,6 +55,7 @@ from legato.engine.repositories import (
     tasks,
     timers,
 )
+from legato.engine.repositories.decider_take import Taken
 from legato.engine.timer_semantics import timer_row
 from legato.engine.transport.handoff import DecisionLeases
 from legato.flow.spec import WorkflowSpec
@@ -372,25 +373,53 @@ async def decide_runs(
     fair: fair_keys.FairKeys | None = None,
     handing: DecisionLeases | None = None,
 ) -> Batch:
-    """Lock, load, decide and apply a batch of runs of ``keys``, in the caller's
-    transaction, handing what the process's own worker takes of the new attempts to it
-    (``handing``). In the distributed layout ``keys`` is one key and every statement is
-    within it; on one PostgreSQL the lock, the snapshot and the writes each span the
-    batch's keys in one statement. A run started from SQL whose input does not fit its
-    model (``inputs``) fails instead of being decided."""
+    """Lock, load, decide and apply a batch of runs of ``keys`` the caller took, in its
+    transaction (:func:`lock_and_load`, then :func:`decide_taken`)."""
+    taken = await lock_and_load(conn, shards, keys, run_ids)
+    return await decide_taken(conn, shards, keys, taken, specs, now, inputs, fair, handing)
+
+
+async def lock_and_load(
+    conn: AsyncConnection, shards: Shards, keys: Sequence[int], run_ids: Sequence[uuid.UUID]
+) -> Taken:
+    """Lock the taken runs ``run_ids`` of ``keys`` and read their attempts and signals:
+    two statements (a single-node decider's take does both in its own call,
+    ``decider_take.take_and_load``). In the distributed layout ``keys`` is one key and
+    both are within it; on one PostgreSQL each spans the batch's keys."""
     if shards.distributed:
         (shard,) = keys
         locked = await runs.lock_many(conn, shard, run_ids)
     else:
         locked = await runs.lock_many_held(conn, keys, run_ids)
-    running = [(run, seq) for run, seq in locked if run.status is RunStatus.RUNNING]
-    ids = [run.id for run, _ in running]
+    ids = [run.id for run, _ in locked if run.status is RunStatus.RUNNING]
     if not ids:
         loaded = {}
     elif shards.distributed:
         loaded = await tasks.snapshots(conn, keys[0], ids)
     else:
         loaded = await tasks.snapshots_held(conn, keys, ids)
+    return Taken(locked=locked, loaded=loaded)
+
+
+async def decide_taken(
+    conn: AsyncConnection,
+    shards: Shards,
+    keys: Sequence[int],
+    taken: Taken,
+    specs: SpecCache,
+    now: datetime,
+    inputs: InputChecks | None = None,
+    fair: fair_keys.FairKeys | None = None,
+    handing: DecisionLeases | None = None,
+) -> Batch:
+    """Decide and apply a batch of locked and loaded runs of ``keys``, in the caller's
+    transaction, handing what the process's own worker takes of the new attempts to it
+    (``handing``). In the distributed layout the batch is of one key and every write is
+    within it; on one PostgreSQL the writes span the batch's keys in one statement. A
+    run started from SQL whose input does not fit its model (``inputs``) fails instead
+    of being decided."""
+    running = [(run, seq) for run, seq in taken.locked if run.status is RunStatus.RUNNING]
+    loaded = taken.loaded
     batch = Batch(
         now=now,
         shards=shards,

@@ -91,26 +91,30 @@ _RunColumns = tuple[
 ]
 
 
+# What every read of a run selects, in ``RunRow``'s order (``run_row`` reads it back).
+RUN_COLUMNS = (
+    Runs.id,
+    Runs.workflow_name,
+    Runs.workflow_version,
+    Runs.status,
+    Runs.input,
+    Runs.output,
+    Runs.error,
+    Runs.parent_run_id,
+    Runs.cancel_requested_at,
+    Runs.created_at,
+    Runs.finished_at,
+    Runs.timed_out_at,
+    Runs.input_unchecked,
+    Runs.trace_context,
+)
+
+
 def _select() -> Select[*_RunColumns]:
-    return select(
-        Runs.id,
-        Runs.workflow_name,
-        Runs.workflow_version,
-        Runs.status,
-        Runs.input,
-        Runs.output,
-        Runs.error,
-        Runs.parent_run_id,
-        Runs.cancel_requested_at,
-        Runs.created_at,
-        Runs.finished_at,
-        Runs.timed_out_at,
-        Runs.input_unchecked,
-        Runs.trace_context,
-    )
+    return select(*RUN_COLUMNS)
 
 
-def _row(row: tuple[*_RunColumns]) -> RunRow:
+def run_row(row: tuple[*_RunColumns] | Sequence[Any]) -> RunRow:
     (
         run_id,
         name,
@@ -367,7 +371,7 @@ async def lock_many(
     result = await conn.execute(
         _lock_statement(False), {"run_ids": list(run_ids), "in_shard": shard}
     )
-    return [(_row(row[:-1]), row[-1]) for row in result]
+    return [(run_row(row[:-1]), row[-1]) for row in result]
 
 
 async def lock_many_held(
@@ -380,14 +384,14 @@ async def lock_many_held(
     result = await conn.execute(
         _lock_statement(True), {"run_ids": list(run_ids), "in_shards": list(keys)}
     )
-    return [(_row(row[:-1]), row[-1]) for row in result]
+    return [(run_row(row[:-1]), row[-1]) for row in result]
 
 
 async def get(conn: AsyncConnection, shard: int, run_id: uuid.UUID) -> RunRow | None:
     """Read a run (Client.get_run, Client.result, signal/cancel checks). Primary key
     (shard, id)."""
     row = (await conn.execute(_select().where(Runs.shard == shard, Runs.id == run_id))).first()
-    return None if row is None else _row(row)
+    return None if row is None else run_row(row)
 
 
 class Finish(NamedTuple):
@@ -471,7 +475,7 @@ async def list_runs(
     statement = _select().order_by(Runs.id.desc()).limit(limit)
     if conditions:
         statement = statement.where(and_(*conditions))
-    return [_row(row) for row in await conn.execute(fan_out(statement))]
+    return [run_row(row) for row in await conn.execute(fan_out(statement))]
 
 
 async def count_runs(conn: AsyncConnection, chosen: RunFilter) -> int:

@@ -9,7 +9,7 @@ matches nothing, changes nothing, and the caller learns it did not apply.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -154,7 +154,7 @@ async def snapshots(
     result = await conn.execute(
         _snapshot_statement(False), {SHARD_PARAM: shard, "run_ids": list(run_ids)}
     )
-    return _grouped(run_ids, result)
+    return grouped(run_ids, result)
 
 
 async def snapshots_held(
@@ -165,22 +165,27 @@ async def snapshots_held(
     result = await conn.execute(
         _snapshot_statement(True), {SHARDS_PARAM: list(keys), "run_ids": list(run_ids)}
     )
-    return _grouped(run_ids, result)
+    return grouped(run_ids, result)
 
 
-def _grouped(
-    run_ids: Sequence[uuid.UUID], result: Any
+def grouped(
+    run_ids: Sequence[uuid.UUID], result: Iterable[Sequence[Any]]
 ) -> dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]]:
-    grouped: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
+    """The snapshot's rows (run_id, which, then TASK_ROW_COLUMNS) by run, each of
+    ``run_ids`` present; a row of another run is left out."""
+    by_run: dict[uuid.UUID, tuple[list[TaskRow], list[PendingSignal]]] = {
         run_id: ([], []) for run_id in run_ids
     }
     for row in result:
-        rows, buffered = grouped[row[0]]
+        found = by_run.get(row[0])
+        if found is None:
+            continue
+        rows, buffered = found
         if row[1] == 0:
             rows.append(TaskRow(*row[2:]))
         else:
             buffered.append(PendingSignal(row[2], row[8], row[10], row[14]))
-    return grouped
+    return by_run
 
 
 @cache
