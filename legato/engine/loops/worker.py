@@ -446,9 +446,12 @@ class Worker(Loop):
         """Extend these leases: one statement on one PostgreSQL; on a distributed one a
         transaction per key, so no transaction holds one key's rows while it waits for
         another's (a report flush removes finished attempts' rows meanwhile)."""
-        if not self.shards.distributed:
-            async with self.engine.begin() as conn:
-                return await queue_leases.extend_held(conn, self.worker_id, keys, self.lease)
+        if not self.shards.distributed:  # one statement, atomic on its own
+            async with self.engine.connect() as conn:
+                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                return await queue_leases.extend_held(
+                    autocommit, self.worker_id, keys, self.lease
+                )
         by_shard: dict[int, list[tuple[str, uuid.UUID]]] = {}
         for shard, queue, task_id in keys:
             by_shard.setdefault(shard, []).append((queue, task_id))
