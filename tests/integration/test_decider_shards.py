@@ -8,14 +8,15 @@ import asyncio
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, workflow
-from legato.engine.loops.decider import DeciderLoop
+from legato.engine.loops.decider import DeciderLoop, taken_floor
 from legato.engine.transport.wakeups import Wakeups, payload_shard
 from legato.schema import DEFAULT_SHARD_COUNT, DecideQueue, Shards, Tasks
 from tests.helpers import eventually
@@ -177,3 +178,37 @@ def test_the_payload_names_a_key() -> None:
     assert payload_shard("-1") is None
     assert payload_shard("x") is None
     assert payload_shard("٣") is None  # digits of another script are not a key
+
+
+async def test_a_row_stamped_below_the_floor_waits_for_the_next_take_from_the_oldest_row(
+    engine: AsyncEngine,
+) -> None:
+    """A single-node take, and the sleep gate's look for due work, start just before the
+    oldest row the decider last took (so they do not walk the dead rows a held snapshot
+    keeps below it). A row stamped earlier (a start committed by a long transaction) is
+    missed by them, and taken by the take from the oldest row the decider makes once per
+    poll interval."""
+    decider = DeciderLoop(engine, shards=shards, poll_interval=600)
+    async with Client(engine, app=app) as client:
+        first = await _start_in(client, [3])
+        assert await decider.tick() is False  # from the oldest row: taken, then asleep
+        assert await _decided(engine) == set(first.values())
+        (late,) = (await _start_in(client, [3])).values()
+        async with engine.begin() as conn:
+            await conn.execute(
+                update(DecideQueue.table)
+                .where(DecideQueue.run_id == late)
+                .values(available_at=func.now() - timedelta(minutes=1))
+            )
+        decider.decide_now([3])  # its NOTIFY
+        assert await decider.tick() is False  # from the floor: missed, and asleep
+        assert late not in await _decided(engine)
+        decider.poll_interval = 0  # a poll interval has passed
+        await decider.tick()
+        assert late in await _decided(engine)
+    assert decider.takes == 3
+
+
+def test_the_floor_is_a_second_before_the_oldest_row_taken() -> None:
+    oldest = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
+    assert taken_floor(oldest) == oldest - timedelta(seconds=1)

@@ -105,7 +105,7 @@ async def test_a_wake_decision_is_four_round_trips(engine: AsyncEngine) -> None:
     # Then, nothing more to do, the look before sleeping: one autocommit statement (the
     # "BEGIN" SQLAlchemy's event reports sends nothing on an autocommit connection).
     assert [step for step in after if step != "BEGIN"] == [after[-1]], after
-    assert "decider_sleeps_v1" in after[-1]
+    assert "decider_sleeps_v2" in after[-1]
     await eventually(lambda: bool(heard), "the workers' NOTIFY")
     await listener.close()
 

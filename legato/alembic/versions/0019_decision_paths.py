@@ -8,14 +8,21 @@ takes, locks and reads a batch in one call.
   the decision's commit take PostgreSQL's notify lock (which serialises the commits of
   notifying transactions). Rows due within a second and unleased still notify, once
   per key, as in 0016.
-* ``decider_take_v1(keys, lim)``: a single-node decider's take, lock and read in one
-  round trip (``decide_queue.take_and_load``). Three statements, as the decider sent
-  them one by one, each in a snapshot of its own taken after the one before it: the
-  take of the oldest due decide rows of the keys (``FOR UPDATE SKIP LOCKED`` in a
-  materialized CTE, then deleted by primary key); the taken runs locked ``FOR NO KEY
-  UPDATE`` in id order with each one's last history seq; their attempts and
-  unconsumed signals. It returns the runs' rows (``part`` 0) and then the snapshot's
-  (``part`` 1) in one row shape, each filling its own columns.
+* ``decider_take_v1(keys, lim, since)``: a single-node decider's take, lock and read in
+  one round trip (``decider_take.take_and_load``). Three statements, as the decider
+  sent them one by one, each in a snapshot of its own taken after the one before it:
+  the take of the oldest due decide rows of the keys (``FOR UPDATE SKIP LOCKED`` in a
+  materialized CTE, then deleted by primary key), from ``since`` on when it is given
+  (the decider's floor: its index range starts there, so rows a held snapshot keeps
+  from vacuum below it are not walked); the taken runs locked ``FOR NO KEY UPDATE`` in
+  id order with each one's last history seq; their attempts and unconsumed signals. It
+  returns the runs' rows (``part`` 0, each with the oldest ``available_at`` taken) and
+  then the snapshot's (``part`` 1) in one row shape, each filling its own columns.
+* ``decider_sleeps_v2(keys, since)``: 0018's ``decider_sleeps_v1`` with the decider's
+  floor: its look for due work starts where the decider's takes do, so it does not walk
+  what a held snapshot keeps below them either (a row stamped before the floor is
+  found by the take from the oldest row the decider makes once per poll interval).
+  ``decider_sleeps_v1`` stays for the processes of the version before during a deploy.
 
 Revision ID: 0019
 Revises: 0018
@@ -46,6 +53,7 @@ TAKE_COLUMNS = """
     output jsonb, error jsonb, parent_run_id uuid, cancel_requested_at timestamptz,
     created_at timestamptz, finished_at timestamptz, timed_out_at timestamptz,
     input_unchecked boolean, trace_context jsonb, last_seq bigint, failures integer,
+    taken_from timestamptz,
     task_run_id uuid, which integer, task_id uuid, node_id text, iteration integer,
     attempt integer, kind text, state text, task_name text, queue text,
     task_output jsonb, task_error jsonb, observed boolean, task_created_at timestamptz,
@@ -53,14 +61,15 @@ TAKE_COLUMNS = """
 
 _NO_RUN = "NULL::uuid, NULL::text, NULL::integer, NULL::text, NULL::jsonb, NULL::jsonb, " + (
     "NULL::jsonb, NULL::uuid, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, "
-    "NULL::timestamptz, NULL::boolean, NULL::jsonb, NULL::bigint, NULL::integer"
+    "NULL::timestamptz, NULL::boolean, NULL::jsonb, NULL::bigint, NULL::integer, "
+    "NULL::timestamptz"
 )
 
 
 def _take_function(schema: str) -> str:
     s = _q(schema)
     return f"""
-CREATE FUNCTION {s}.decider_take_v1(keys smallint[], lim integer)
+CREATE FUNCTION {s}.decider_take_v1(keys smallint[], lim integer, since timestamptz)
 RETURNS TABLE ({TAKE_COLUMNS})
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -70,13 +79,16 @@ DECLARE
     ids uuid[];
     failed integer[];
     held smallint[];  -- the keys of the taken runs
+    oldest timestamptz;  -- the oldest available_at taken
 BEGIN
-    -- The take: the oldest due rows of the keys, skipping those a report or another
-    -- decider holds (ix_decide_queue_decider, one range per key), deleted by primary key.
+    -- The take: the oldest due rows of the keys from ``since`` on, skipping those a
+    -- report or another decider holds (ix_decide_queue_decider, one range per key,
+    -- bounded below by ``since``), deleted by primary key.
     WITH taken AS MATERIALIZED (
         SELECT q.shard, q.run_id
           FROM {s}.decide_queue AS q
          WHERE q.shard = ANY (keys)
+           AND q.available_at >= coalesce(since, '-infinity'::timestamptz)
            AND q.available_at <= now()
            AND q.quarantined_at IS NULL
          ORDER BY q.available_at
@@ -86,12 +98,13 @@ BEGIN
         DELETE FROM {s}.decide_queue AS d
          USING taken
          WHERE d.shard = taken.shard AND d.run_id = taken.run_id
-     RETURNING d.shard, d.run_id, d.failures
+     RETURNING d.shard, d.run_id, d.failures, d.available_at
     )
     SELECT array_agg(gone.run_id ORDER BY gone.run_id),
            array_agg(gone.failures ORDER BY gone.run_id),
-           array_agg(DISTINCT gone.shard)
-      INTO ids, failed, held
+           array_agg(DISTINCT gone.shard),
+           min(gone.available_at)
+      INTO ids, failed, held, oldest
       FROM gone;
     IF ids IS NULL THEN
         RETURN;
@@ -108,6 +121,7 @@ BEGIN
               FROM {s}.run_events AS e
              WHERE e.shard = r.shard AND e.run_id = r.id),
            failed[array_position(ids, r.id)],
+           oldest,
            NULL::uuid, NULL::integer, NULL::uuid, NULL::text, NULL::integer,
            NULL::integer, NULL::text, NULL::text, NULL::text, NULL::text, NULL::jsonb,
            NULL::jsonb, NULL::boolean, NULL::timestamptz, NULL::timestamptz,
@@ -140,6 +154,44 @@ END;
 $$"""
 
 
+def _sleeps_function(schema: str) -> str:
+    s = _q(schema)
+    lock_class = importlib.import_module("legato.alembic.versions.0018_decider_sleep")._lock_class
+    return f"""
+CREATE FUNCTION {s}.decider_sleeps_v2(keys smallint[], since timestamptz) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    key smallint;
+BEGIN
+    -- Never waits: a writer of decide_queue in flight holds its key's shared lock, and
+    -- its commit may add work the look below cannot see yet.
+    FOREACH key IN ARRAY keys LOOP
+        IF NOT pg_try_advisory_xact_lock({lock_class(schema)}, key) THEN
+            RETURN 'busy';
+        END IF;
+    END LOOP;
+    -- A new snapshot, after the locks: every writer that read a flag before them has
+    -- committed. The take's predicate (decider_take_v1), served by its index from the
+    -- floor on.
+    IF EXISTS (SELECT 1
+                 FROM {s}.decide_queue AS q
+                WHERE q.shard = ANY (keys)
+                  AND q.available_at >= coalesce(since, '-infinity'::timestamptz)
+                  AND q.available_at <= now()
+                  AND q.quarantined_at IS NULL) THEN
+        RETURN 'work';
+    END IF;
+    INSERT INTO {s}.decider_sleep AS d (shard, asleep)
+    SELECT k, true FROM unnest(keys) AS k
+        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO UPDATE SET asleep = true
+     WHERE NOT d.asleep;
+    RETURN 'asleep';
+END;
+$$"""
+
+
 def upgrade() -> None:
     schema = migration_schema()
     op.execute(
@@ -148,8 +200,13 @@ def upgrade() -> None:
         )
     )
     op.execute(_take_function(schema))
+    op.execute(_sleeps_function(schema))
     op.execute(
-        f"COMMENT ON FUNCTION {_q(schema)}.decider_take_v1(smallint[], integer) IS "
+        f"COMMENT ON FUNCTION {_q(schema)}.decider_sleeps_v2(smallint[], timestamptz) IS "
+        "'a decider about to sleep, looking from its floor: busy, work, or asleep'"
+    )
+    op.execute(
+        f"COMMENT ON FUNCTION {_q(schema)}.decider_take_v1(smallint[], integer, timestamptz) IS "
         "'a single-node decider''s take, lock and read of a batch, in one call'"
     )
     record_revision(revision)
@@ -157,6 +214,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     schema = migration_schema()
-    op.execute(f"DROP FUNCTION {_q(schema)}.decider_take_v1(smallint[], integer)")
+    op.execute(f"DROP FUNCTION {_q(schema)}.decider_sleeps_v2(smallint[], timestamptz)")
+    op.execute(f"DROP FUNCTION {_q(schema)}.decider_take_v1(smallint[], integer, timestamptz)")
     op.execute(_start_path._queue_function(schema, "task_queue", "tasks", due_only=True))
     record_revision(down_revision)

@@ -9,6 +9,7 @@ the routed statements notify on their own (the triggers are gone) and nothing he
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -43,20 +44,26 @@ class SleepGate:
         self._decided = -1  # the loop's count of decided runs at the last call
 
     async def keep_ticking(
-        self, keys: Collection[int], pause: Callable[[float], Awaitable[None]], decided: int
+        self,
+        keys: Collection[int],
+        pause: Callable[[float], Awaitable[None]],
+        decided: int,
+        since: datetime | None = None,
     ) -> bool:
         """False when the decider may sleep (its keys' flags are set, or there are no
         flags here); True to tick again: at once when a run is due, after ``pause`` when
         a writer was in flight or the last look's due run was not the loop's to take (a
         sibling deciding it). ``decided`` is the loop's count of decided runs: the pause
-        starts again from 1 ms once the loop made progress."""
+        starts again from 1 ms once the loop made progress. ``since``: the loop's floor,
+        where its takes start (``DeciderLoop._since``); the look for due work starts
+        there too."""
         if not self.enabled or not keys:
             return False
         if decided != self._decided:
             self._decided, self._unsettled = decided, 0
         async with self.engine.connect() as conn:
             autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            answer = await decider_sleep.settle(autocommit, list(keys))
+            answer = await decider_sleep.settle(autocommit, list(keys), since)
         if answer is Settled.ASLEEP:
             self._unsettled = 0
             self.sleeps += 1

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from datetime import datetime
 
-from sqlalchemy import SmallInteger, Text, literal, select
+from sqlalchemy import DateTime, SmallInteger, Text, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,21 +21,28 @@ from legato.engine.repositories.partitions import schema_function
 
 
 class Settled(enum.StrEnum):
-    """What ``decider_sleeps_v1`` answered a decider about to sleep."""
+    """What ``decider_sleeps_v2`` answered a decider about to sleep."""
 
     ASLEEP = "asleep"  # the flags are set: the next writer of each key notifies
     WORK = "work"  # a run is due: take it instead of sleeping
     BUSY = "busy"  # a writer is in flight: look again shortly (its commit may add work)
 
 
-async def settle(conn: AsyncConnection, keys: Sequence[int]) -> Settled:
-    """Set the sleep flag of every key in ``keys`` unless a run of theirs is due or a
-    writer of their decide_queue rows is in flight (decider loop, when a tick found
-    nothing more to do). One call of ``decider_sleeps_v1`` (autocommit it at once: it
-    holds every key's exclusive advisory lock to its transaction's end); its look for
-    due work is served by ``ix_decide_queue_decider`` (shard, available_at), one range
-    per key, and the flags by their primary key. A fan-out: every key the loop holds."""
+async def settle(
+    conn: AsyncConnection, keys: Sequence[int], since: datetime | None = None
+) -> Settled:
+    """Set the sleep flag of every key in ``keys`` unless a run of theirs is due (from
+    ``since`` on, the decider's floor, when given) or a writer of their decide_queue
+    rows is in flight (decider loop, when a tick found nothing more to do). One call of
+    ``decider_sleeps_v2`` (autocommit it at once: it holds every key's exclusive
+    advisory lock to its transaction's end); its look for due work is served by
+    ``ix_decide_queue_decider`` (shard, available_at), one range per key from
+    ``since`` on, and the flags by their primary key. A fan-out: every key the loop
+    holds."""
     keys_param = literal(sorted(keys), ARRAY(SmallInteger()))
-    call = select(schema_function(conn, "decider_sleeps_v1", keys_param, type_=Text()))
+    since_param = literal(since, DateTime(timezone=True))
+    call = select(
+        schema_function(conn, "decider_sleeps_v2", keys_param, since_param, type_=Text())
+    )
     answer = await conn.scalar(call.prefix_with(FAN_OUT))
     return Settled(answer)
