@@ -60,6 +60,7 @@ from legato.engine.timer_semantics import timer_row
 from legato.engine.transport.handoff import DecisionLeases
 from legato.flow.spec import WorkflowSpec
 from legato.schema import RunStatus, Shards, TaskState
+from legato.schema.types import strip_nul
 
 log = logging.getLogger("legato.decider")
 
@@ -345,7 +346,7 @@ class Batch:
             task_name=row.task_name,
             node_id=task.node_id,
             iteration=task.iteration,
-            input=task.input,
+            input=strip_nul(task.input),  # as stored, so as a claim would read it
             workflow_name=run.workflow_name,
             available_at=row.available_at,
             started_at=self.now,
