@@ -96,10 +96,22 @@ END;
 $$"""
 
 
-def _sleeps_function(schema: str) -> str:
+def _sleeps_function(schema: str, floor: bool = False) -> str:
+    """``decider_sleeps_v1``; with ``floor`` (migration 0019), ``decider_sleeps_v2``,
+    whose look for due work starts at the decider's floor ``since``."""
     s = _q(schema)
+    signature = (
+        "decider_sleeps_v2(keys smallint[], since timestamptz)"
+        if floor
+        else "decider_sleeps_v1(keys smallint[])"
+    )
+    from_floor = (
+        "\n                  AND q.available_at >= coalesce(since, '-infinity'::timestamptz)"
+        if floor
+        else ""
+    )
     return f"""
-CREATE FUNCTION {s}.decider_sleeps_v1(keys smallint[]) RETURNS text
+CREATE FUNCTION {s}.{signature} RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -117,7 +129,7 @@ BEGIN
     -- committed. The take's predicate (decide_queue.take), served by its index.
     IF EXISTS (SELECT 1
                  FROM {s}.decide_queue AS q
-                WHERE q.shard = ANY (keys)
+                WHERE q.shard = ANY (keys){from_floor}
                   AND q.available_at <= now()
                   AND q.quarantined_at IS NULL) THEN
         RETURN 'work';

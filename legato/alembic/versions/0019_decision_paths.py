@@ -44,6 +44,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _start_path = importlib.import_module("legato.alembic.versions.0016_start_path")
+_decider_sleep = importlib.import_module("legato.alembic.versions.0018_decider_sleep")
 
 # The run part's columns, then the snapshot part's (``runs._select``, its seq and the
 # take's failures; ``tasks._snapshot_statement``): the function's result, in order.
@@ -154,44 +155,6 @@ END;
 $$"""
 
 
-def _sleeps_function(schema: str) -> str:
-    s = _q(schema)
-    lock_class = importlib.import_module("legato.alembic.versions.0018_decider_sleep")._lock_class
-    return f"""
-CREATE FUNCTION {s}.decider_sleeps_v2(keys smallint[], since timestamptz) RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    key smallint;
-BEGIN
-    -- Never waits: a writer of decide_queue in flight holds its key's shared lock, and
-    -- its commit may add work the look below cannot see yet.
-    FOREACH key IN ARRAY keys LOOP
-        IF NOT pg_try_advisory_xact_lock({lock_class(schema)}, key) THEN
-            RETURN 'busy';
-        END IF;
-    END LOOP;
-    -- A new snapshot, after the locks: every writer that read a flag before them has
-    -- committed. The take's predicate (decider_take_v1), served by its index from the
-    -- floor on.
-    IF EXISTS (SELECT 1
-                 FROM {s}.decide_queue AS q
-                WHERE q.shard = ANY (keys)
-                  AND q.available_at >= coalesce(since, '-infinity'::timestamptz)
-                  AND q.available_at <= now()
-                  AND q.quarantined_at IS NULL) THEN
-        RETURN 'work';
-    END IF;
-    INSERT INTO {s}.decider_sleep AS d (shard, asleep)
-    SELECT k, true FROM unnest(keys) AS k
-        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO UPDATE SET asleep = true
-     WHERE NOT d.asleep;
-    RETURN 'asleep';
-END;
-$$"""
-
-
 def upgrade() -> None:
     schema = migration_schema()
     op.execute(
@@ -200,7 +163,7 @@ def upgrade() -> None:
         )
     )
     op.execute(_take_function(schema))
-    op.execute(_sleeps_function(schema))
+    op.execute(_decider_sleep._sleeps_function(schema, floor=True))
     op.execute(
         f"COMMENT ON FUNCTION {_q(schema)}.decider_sleeps_v2(smallint[], timestamptz) IS "
         "'a decider about to sleep, looking from its floor: busy, work, or asleep'"

@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -261,8 +262,7 @@ class DeciderLoop(Loop):
         if not failures:
             return Taken()
         taken = await lock_and_load(conn, self.shards, keys, list(failures))
-        taken.failures = failures
-        return taken
+        return replace(taken, failures=failures)
 
     def _since(self) -> datetime | None:
         """Where this take's range (and the sleep gate's look) starts: the floor, unless

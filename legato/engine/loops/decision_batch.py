@@ -3,7 +3,7 @@ PostgreSQL) locked, loaded and decided in the caller's transaction, each run's a
 interpreted into the repository rows they write (``Batch.add``: the one interpreter of
 the ``Action`` union, exhaustive), and the whole batch written in one statement
 (``Batch.write``); a child's start and a finished child's parent are statements of
-their own.
+their own (``legato.engine.loops.child_runs``).
 
 The decider loop (``legato.engine.loops.decider``) runs a batch per take, and again one
 run at a time when a batch fails.
@@ -36,12 +36,11 @@ from legato.engine.decider.model import (
     ResolveTask,
     RunSnapshot,
     StartChildRun,
-    TaskError,
     TaskRecord,
 )
 from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
-from legato.engine.reports import Report, apply_reports
+from legato.engine.loops.child_runs import complete_parents, start_child
 from legato.engine.repositories import (
     decide_queue,
     decisions,
@@ -259,7 +258,9 @@ class Batch:
             await queue_leases.remove_held(conn, held)
         else:
             await queue_leases.remove(conn, self.shard, [(q, t) for _, q, t in cancelled])
-        enqueues = self.by_key([row for row in self.enqueues if row.task_id not in resolved])
+        enqueued = [row for row in self.enqueues if row.task_id not in resolved]
+        # By key only for a hand-off, which reserves and records per key.
+        enqueues = self.by_key(enqueued) if self.handing is not None else {}
         handed = self._choose(enqueues, folded)
         owner = None if self.handing is None else self.handing.owner
         creates = [row._replace(observed=True) if row.id in observed else row for row in folded]
@@ -270,8 +271,7 @@ class Batch:
             ],
             enqueues=[
                 row._replace(lease_owner=owner) if row.task_id in handed else row
-                for rows in enqueues.values()
-                for row in rows
+                for row in enqueued
             ],
             timers=self.timers,
             consumed=self.consumed,
@@ -470,60 +470,3 @@ def _buffered(row: signals.PendingSignal) -> BufferedSignal:
     return BufferedSignal(
         signal_id=row.signal_id, name=row.name, payload=row.payload, created_at=row.created_at
     )
-
-
-async def start_child(
-    conn: AsyncConnection, shard: int, parent_id: uuid.UUID, action: StartChildRun
-) -> None:
-    """Start a child run of key ``shard`` (its parent's) inside the parent's decision (its
-    id is the CHILD task's id), in the parent's trace."""
-    version = await definitions.deployed_version(conn, action.workflow_name)
-    if version is None:
-        raise LookupError(
-            f"child workflow {action.workflow_name!r} is not deployed (legato deploy --app ...)"
-        )
-    await runs.start_runs(
-        conn,
-        shard,
-        [
-            runs.NewRun(
-                run_id=action.task_id,
-                workflow_name=action.workflow_name,
-                workflow_version=version,
-                input=action.input,
-                parent_run_id=parent_id,
-            )
-        ],
-        "child started",
-        children=True,
-    )
-
-
-async def complete_parents(
-    conn: AsyncConnection, shards: Shards, finishes: Sequence[tuple[runs.RunRow, FinishRun]]
-) -> None:
-    """A finished child's result completes its parent's CHILD task, like a worker's report
-    (in the parent's key: the child's, but for a child started before keys existed)."""
-    reports: list[Report] = []
-    for run, action in finishes:
-        if run.parent_run_id is None:
-            continue
-        if action.status is RunStatus.SUCCEEDED:
-            state, output, error = TaskState.COMPLETED, action.output, None
-        else:
-            state, output = TaskState.FAILED, None
-            error = action.error or TaskError(
-                type="ChildRunCancelled",
-                message=f"child run {run.id} was {action.status.value}",
-                retryable=False,
-            )
-        move = tasks.Transition(
-            run_id=run.parent_run_id,
-            task_id=run.id,
-            attempt=None,
-            state=state,
-            output=output,
-            error=error,
-        )
-        reports.append(Report(move, shards.of_run(run.parent_run_id)))
-    await apply_reports(conn, reports, "child finished", layout=shards)

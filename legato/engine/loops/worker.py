@@ -47,7 +47,7 @@ from legato.engine.loops.worker_attempts import (
     run_attempt,
     run_transactional,
 )
-from legato.engine.loops.worker_leases import keep_leases
+from legato.engine.loops.worker_leases import extend_leases, keep_leases
 from legato.engine.progress_writer import with_progress
 from legato.engine.reports import Report, apply_reports
 from legato.engine.repositories import fair_claims, notify, queue_leases, task_queue, tasks
@@ -434,34 +434,17 @@ class Worker(Loop):
         running = alive(self._inflight, time.monotonic())
         if not running:
             return
-        held = await self._extend(
-            [(f.claimed.shard, f.claimed.queue, task_id) for task_id, f in running.items()]
+        held = await extend_leases(
+            self.engine,
+            self.shards,
+            self.worker_id,
+            self.lease,
+            [(f.claimed.shard, f.claimed.queue, task_id) for task_id, f in running.items()],
         )
         for task_id, flight in running.items():
             if task_id not in held and flight.task is not None:
                 flight.lost = True
                 flight.task.cancel()
-
-    async def _extend(self, keys: list[tuple[int, str, uuid.UUID]]) -> set[uuid.UUID]:
-        """Extend these leases: one statement on one PostgreSQL; on a distributed one a
-        transaction per key, so no transaction holds one key's rows while it waits for
-        another's (a report flush removes finished attempts' rows meanwhile)."""
-        if not self.shards.distributed:  # one statement, atomic on its own
-            async with self.engine.connect() as conn:
-                autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                return await queue_leases.extend_held(
-                    autocommit, self.worker_id, keys, self.lease
-                )
-        by_shard: dict[int, list[tuple[str, uuid.UUID]]] = {}
-        for shard, queue, task_id in keys:
-            by_shard.setdefault(shard, []).append((queue, task_id))
-        held: set[uuid.UUID] = set()
-        for shard, queue_keys in sorted(by_shard.items()):
-            async with self.engine.begin() as conn:
-                held |= await queue_leases.extend_leases(
-                    conn, shard, self.worker_id, queue_keys, self.lease
-                )
-        return held
 
     # -- stopping ---------------------------------------------------------------------------
 
