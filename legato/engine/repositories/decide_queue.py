@@ -45,6 +45,7 @@ from legato.engine.repositories.params import (
     spanning_params,
     uuid_array,
 )
+from legato.engine.repositories.precompiled import execute_in
 from legato.schema import DecideQueue, Runs
 from legato.schema.layout import routed
 
@@ -80,7 +81,7 @@ async def enqueue(
             await conn.execute(routed_statements.enqueue_statement(timed), params)
             await routed_statements.wake(conn, decide_channel, [str(shard)])
         else:
-            await conn.execute(_enqueue_statement(timed, False), params)
+            await execute_in(conn, _enqueue_statement(timed, False), params)
 
 
 async def enqueue_held(
@@ -104,7 +105,7 @@ async def enqueue_held(
         }
         if available_at is not None:
             params["available_at"] = available_at
-        await conn.execute(_enqueue_statement(available_at is not None, True), params)
+        await execute_in(conn, _enqueue_statement(available_at is not None, True), params)
 
 
 @cache

@@ -34,6 +34,7 @@ from legato.engine.repositories import (
     timers,
 )
 from legato.engine.repositories.params import SHARD_COUNT_PARAM, SHARD_PARAM, SHARDS_PARAM
+from legato.engine.repositories.precompiled import execute_in
 from legato.schema import Shards
 from legato.schema.enums import ACTIVE_TASK_STATES
 from legato.schema.layout import routed as routes
@@ -136,8 +137,9 @@ def _params(shard: int, writes: Writes, now: datetime) -> dict[str, Any]:
 async def _execute(
     conn: AsyncConnection, statement: Select[uuid.UUID], params: dict[str, Any]
 ) -> set[uuid.UUID]:
-    result = await conn.execute(statement, params)
-    return set(result.scalars())
+    # From text compiled once (``precompiled``): the statement's 77-98 parameters are
+    # lists the driver encodes itself.
+    return {row[0] for row in await execute_in(conn, statement, params)}
 
 
 @cache

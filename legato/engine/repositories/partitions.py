@@ -23,6 +23,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.type_api import to_instance
+from sqlalchemy.sql.visitors import InternalTraversal, _TraverseInternalsType
 
 from legato.db.schema_names import DEFAULT_SCHEMA, validate_schema_name
 from legato.engine.repositories.params import fan_out
@@ -61,7 +62,16 @@ class _SchemaFunction(FunctionElement[Any]):
     through the dialect's preparer.
     """
 
-    inherit_cache = False  # the schema and name are not part of a cache key
+    # The schema and the name are part of the statement's cache key, so a call is compiled
+    # once per schema and name, not at every execution (a decider's sleep gate runs one
+    # each time it is about to sleep).
+    inherit_cache = True
+    _traverse_internals: _TraverseInternalsType = [  # noqa: RUF012 (as SQLAlchemy declares it)
+        *FunctionElement._traverse_internals,
+        ("target_schema", InternalTraversal.dp_string),
+        ("function_name", InternalTraversal.dp_string),
+        ("type", InternalTraversal.dp_type),
+    ]
 
     def __init__(self, schema: str, name: str, *args: Any, type_: Any = None) -> None:
         self.target_schema = schema

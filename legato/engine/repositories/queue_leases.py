@@ -29,6 +29,7 @@ from legato.engine.repositories.params import (
     text_array,
     uuid_array,
 )
+from legato.engine.repositories.precompiled import execute_in
 from legato.engine.repositories.task_queue import queue_keys
 from legato.schema import TaskQueue
 from legato.schema.layout import routed as routes
@@ -190,7 +191,7 @@ async def remove(
         await concurrency.free(conn, uuid_array("slot_task_ids", params["task_ids"]))
         await conn.execute(_removal(False, False, frees_slots=False), params)
     else:
-        await conn.execute(_removal(False, unleased), params)
+        await execute_in(conn, _removal(False, unleased), params)
 
 
 async def remove_held(
@@ -204,7 +205,8 @@ async def remove_held(
     own key (``shard = ANY`` over the flush's keys with the queues and task ids). Primary
     key."""
     if keys:
-        await conn.execute(
+        await execute_in(
+            conn,
             _removal(True, unleased),
             {
                 SHARDS_PARAM: sorted({shard for shard, _, _ in keys}),

@@ -49,6 +49,7 @@ from legato.engine.repositories.params import (
     text_array,
     uuid_array,
 )
+from legato.engine.repositories.precompiled import execute_in
 from legato.engine.repositories.signals import PendingSignal
 from legato.schema import NodeKind, Runs, RunStatus, Signals, Tasks, TaskState
 from legato.schema.enums import ACTIVE_TASK_STATES
@@ -316,8 +317,8 @@ async def transition_many(
     """
     applied: dict[uuid.UUID, str | None] = {}
     for sources, group in _by_source(moves).items():
-        result = await conn.execute(moved(), moved_params(shard, group, sources))
-        applied.update(result.all())
+        rows = await execute_in(conn, moved(), moved_params(shard, group, sources))
+        applied.update((row[0], row[1]) for row in rows)
     return applied
 
 
@@ -332,8 +333,7 @@ async def transition_many_held(
     applied: dict[uuid.UUID, str | None] = {}
     for sources, group in _by_source(moves).items():
         params = {**_moves_params(group, sources), SHARD_COUNT_PARAM: count}
-        result = await conn.execute(moved(True), params)
-        applied.update(result.all())
+        applied.update((row[0], row[1]) for row in await execute_in(conn, moved(True), params))
     return applied
 
 

@@ -18,13 +18,12 @@ statement was in flight is invalidated and raised as ``DatabaseUnavailable``, si
 the statement may or may not have committed; a connection whose statement was cancelled
 is invalidated, not returned. Only statements whose parameters need no
 SQLAlchemy bind processing belong here (scalars asyncpg encodes itself; JSON as text
-cast in SQL; the statement's own constants are converted once): ``_compiled`` refuses
-the others.
+cast in SQL; the statement's own constants are converted once):
+``precompiled.compile_for_driver`` refuses the others.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -32,26 +31,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Executable
-from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
+from legato.engine.repositories.precompiled import Compiled, compile_for_driver
 from legato.errors import DatabaseUnavailable
 from legato.outages import as_unavailable, outage_cause, where
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    sql: str
-    # Each ``$n`` in order: the parameter's name, and its value when the statement
-    # fixes it (a ``literal``), else _GIVEN.
-    binds: tuple[tuple[str, Any], ...]
-
-    def args(self, params: dict[str, Any]) -> list[Any]:
-        return [params[name] if value is _GIVEN else value for name, value in self.binds]
-
-
-_GIVEN = object()
-
 
 # The driver's errors that mean the connection is gone (not that the statement failed).
 _LOST = (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError)
@@ -66,12 +50,15 @@ class DriverStatements:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._compiled: dict[Executable, _Compiled] = {}
+        self._compiled: dict[Executable, Compiled] = {}
 
-    def _compile(self, statement: Executable) -> _Compiled:
+    def _compile(self, statement: Executable) -> Compiled:
         compiled = self._compiled.get(statement)
         if compiled is None:
-            compiled = self._compiled[statement] = _compiled(self.engine, statement)
+            translate = self.engine.get_execution_options()["schema_translate_map"]
+            compiled = self._compiled[statement] = compile_for_driver(
+                self.engine.dialect, translate, statement
+            )
         return compiled
 
     def compiled(self) -> list[str]:
@@ -105,7 +92,7 @@ class DriverStatements:
     async def _run(
         self,
         fairy: PoolProxiedConnection,
-        compiled: _Compiled,
+        compiled: Compiled,
         args: list[Any],
         params: dict[str, Any],
     ) -> list[asyncpg.Record]:
@@ -140,27 +127,3 @@ class DriverStatements:
             if unavailable is None:
                 raise
             raise unavailable from None
-
-
-def _compiled(engine: AsyncEngine, statement: Executable) -> _Compiled:
-    """``statement`` as asyncpg SQL text in ``engine``'s schema, with its parameters'
-    order; refuses a statement with a parameter SQLAlchemy would have to convert."""
-    translate: dict[str | None, str | None] = engine.get_execution_options()["schema_translate_map"]
-    compiler = statement.compile(dialect=engine.dialect, schema_translate_map=translate)  # type: ignore[attr-defined]
-    assert isinstance(compiler, SQLCompiler) and compiler.positiontup is not None
-    # What SQLAlchemy does to the text at each execution with a schema_translate_map.
-    sql = compiler.preparer._render_schema_translates(compiler.string, translate)
-    binds = []
-    for name in compiler.positiontup:
-        bind = compiler.binds[name]
-        kind = bind.type.dialect_impl(engine.dialect)
-        process = kind.bind_processor(engine.dialect)
-        # A statement's own values (a ``literal``, a compared enum) are anonymous, so
-        # unique, parameters: converted here, once.
-        if bind.unique:
-            binds.append((name, bind.value if process is None else process(bind.value)))
-        elif process is None:
-            binds.append((name, _GIVEN))
-        else:
-            raise TypeError(f"parameter {name!r} ({kind!r}) needs SQLAlchemy's conversion")
-    return _Compiled(sql, tuple(binds))
