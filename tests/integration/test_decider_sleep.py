@@ -177,7 +177,6 @@ async def test_signals_from_many_clients_are_decided_with_far_fewer_notifies(
     assert notified * 4 < STARTS, f"{notified} NOTIFYs for {STARTS} signals"
 
 
-
 async def test_a_report_that_woke_no_one_does_not_swallow_a_later_wake_up(
     engine: AsyncEngine,
 ) -> None:
@@ -214,3 +213,34 @@ async def _first_tasks(engine: AsyncEngine, runs: int) -> bool:
     async with engine.connect() as conn:
         count = await conn.execute(text("SELECT count(*) FROM legato.tasks"))
         return int(count.scalar_one()) >= runs
+
+
+async def test_a_sleep_writes_only_the_flags_that_change(engine: AsyncEngine) -> None:
+    """A decider going to sleep with every flag already set writes nothing (no
+    transaction id, so no WAL flush at its commit); with one key's flag cleared by a
+    writer it rewrites that row alone (migration 0020)."""
+    keys = range(16)
+    assert await _settle(engine, keys) is Settled.ASLEEP
+    async with engine.connect() as conn:
+        before = await _flag_versions(conn)
+        await decider_sleep.settle(conn, keys)
+        assert (await conn.scalar(text("SELECT pg_current_xact_id_if_assigned()"))) is None
+        await conn.rollback()
+        await conn.execute(text("UPDATE legato.decider_sleep SET asleep = false WHERE shard = 5"))
+        await conn.commit()
+        cleared = await _flag_versions(conn)
+        await conn.commit()
+    assert await _settle(engine, keys) is Settled.ASLEEP
+    async with engine.connect() as conn:
+        after = await _flag_versions(conn)
+        asleep = await conn.scalar(text("SELECT bool_and(asleep) FROM legato.decider_sleep"))
+    assert {key for key in keys if cleared[key] != before[key]} == {5}
+    assert {key for key in keys if after[key] != cleared[key]} == {5} and asleep
+
+
+async def _flag_versions(conn: AsyncConnection) -> dict[int, str]:
+    """Each key's flag row's ``xmin`` and ``xmax``: a row rewritten or locked changes."""
+    rows = await conn.execute(
+        text("SELECT shard, xmin::text || '/' || xmax::text FROM legato.decider_sleep")
+    )
+    return {int(shard): version for shard, version in rows}

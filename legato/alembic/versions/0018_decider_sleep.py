@@ -96,9 +96,12 @@ END;
 $$"""
 
 
-def _sleeps_function(schema: str, floor: bool = False) -> str:
+def _sleeps_function(
+    schema: str, floor: bool = False, changed_only: bool = False, create: str = "CREATE"
+) -> str:
     """``decider_sleeps_v1``; with ``floor`` (migration 0019), ``decider_sleeps_v2``,
-    whose look for due work starts at the decider's floor ``since``."""
+    whose look for due work starts at the decider's floor ``since``; with
+    ``changed_only`` (migration 0020), one that writes only the flags not yet set."""
     s = _q(schema)
     signature = (
         "decider_sleeps_v2(keys smallint[], since timestamptz)"
@@ -110,8 +113,20 @@ def _sleeps_function(schema: str, floor: bool = False) -> str:
         if floor
         else ""
     )
+    flags = (
+        f"""INSERT INTO {s}.decider_sleep AS d (shard, asleep)
+    SELECT k, true FROM unnest(keys) AS k
+        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO NOTHING;
+    UPDATE {s}.decider_sleep AS d SET asleep = true
+     WHERE d.shard = ANY (keys) AND NOT d.asleep;"""
+        if changed_only
+        else f"""INSERT INTO {s}.decider_sleep AS d (shard, asleep)
+    SELECT k, true FROM unnest(keys) AS k
+        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO UPDATE SET asleep = true
+     WHERE NOT d.asleep;"""
+    )
     return f"""
-CREATE FUNCTION {s}.{signature} RETURNS text
+{create} FUNCTION {s}.{signature} RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -134,10 +149,7 @@ BEGIN
                   AND q.quarantined_at IS NULL) THEN
         RETURN 'work';
     END IF;
-    INSERT INTO {s}.decider_sleep AS d (shard, asleep)
-    SELECT k, true FROM unnest(keys) AS k
-        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO UPDATE SET asleep = true
-     WHERE NOT d.asleep;
+    {flags}
     RETURN 'asleep';
 END;
 $$"""
