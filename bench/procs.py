@@ -14,6 +14,7 @@ Optionally each is profiled by ``py-spy record`` (``--profile DIR``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import shutil
 import subprocess
@@ -73,6 +74,7 @@ async def _serve(spec: ProcSpec, ready: Event, go: Event, running: Event, stop: 
         ready.set()
         await asyncio.to_thread(go.wait)
         await runtime.start()
+        gc.freeze()  # as the CLI's processes do (Runtime.run_until_signalled)
         running.set()
         await asyncio.to_thread(stop.wait)
         await runtime.stop()
