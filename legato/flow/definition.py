@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from pydantic import JsonValue, ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from legato.errors import InvalidSchedule
 from legato.flow.builder import Flow, Node
@@ -88,6 +88,8 @@ class WorkflowDefinition:
             child: typing.cast(WorkflowDefinition, wf) for child, wf in flow._children.items()
         }
         self._events: Mapping[str, list[object]] = dict(flow._event_models)
+        # Each event's adapters, built at its first signal (a signal is a hot path).
+        self._event_adapters: dict[str, list[TypeAdapter[object]]] = {}
         self._input = adapter_for(self.input_type)
         self._output = adapter_for(self.output_type)
 
@@ -125,9 +127,11 @@ class WorkflowDefinition:
                 f"workflow {self.name!r} has no wait for event {event!r} "
                 f"(it waits for: {sorted(self._events) or 'nothing'})"
             )
+        adapters = self._event_adapters.get(event)
+        if adapters is None:
+            adapters = self._event_adapters[event] = [adapter_for(model) for model in models]
         dumped: JsonValue = None
-        for model in models:
-            adapter = adapter_for(model)
+        for adapter in adapters:
             try:
                 dumped = adapter.dump_python(adapter.validate_python(payload), mode="json")
             except ValidationError as exc:
