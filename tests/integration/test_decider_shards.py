@@ -16,7 +16,7 @@ from sqlalchemy import event, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, workflow
-from legato.engine.loops.decider import DeciderLoop, taken_floor
+from legato.engine.loops.decider import DeciderLoop, Floors, taken_floor
 from legato.engine.transport.wakeups import Wakeups, payload_shard
 from legato.schema import DEFAULT_SHARD_COUNT, DecideQueue, Shards, Tasks
 from tests.helpers import eventually
@@ -207,6 +207,54 @@ async def test_a_row_stamped_below_the_floor_waits_for_the_next_take_from_the_ol
         await decider.tick()
         assert late in await _decided(engine)
     assert decider.takes == 3
+
+
+async def test_a_distributed_take_starts_at_its_keys_floor(engine: AsyncEngine) -> None:
+    """In the distributed layout each key's take starts just before the oldest row that
+    key's last take returned: a row of key 3 stamped earlier is missed until a poll
+    interval has passed, then taken from the oldest row; key 5's first take, which has
+    no floor yet, takes its own early row at once."""
+    layout = Shards(DEFAULT_SHARD_COUNT, distributed=True)
+    decider = DeciderLoop(engine, shards=layout, poll_interval=600)
+
+    async def backdated(key: int) -> uuid.UUID:
+        (run_id,) = (await _start_in(client, [key])).values()
+        async with engine.begin() as conn:
+            await conn.execute(
+                update(DecideQueue.table)
+                .where(DecideQueue.run_id == run_id)
+                .values(available_at=func.now() - timedelta(minutes=1))
+            )
+        return run_id
+
+    async with Client(engine, app=app) as client:
+        first = await _start_in(client, [3])
+        decider.decide_now([3])
+        await decider.tick()
+        assert await _decided(engine) == set(first.values())
+        late, other = await backdated(3), await backdated(5)
+        decider.decide_now([3, 5])
+        await decider.tick()
+        decided = await _decided(engine)
+        assert late not in decided and other in decided
+        decider.poll_interval = 0  # a poll interval has passed
+        decider.decide_now([3])
+        await decider.tick()
+        assert late in await _decided(engine)
+
+
+def test_a_scopes_floor_lapses_after_a_poll_interval_without_a_look_from_the_oldest_row() -> None:
+    floors = Floors()
+    oldest = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
+    assert floors.since(3, now=100.0, poll_interval=5.0) is None  # never looked
+    floors.look(3, None, oldest, now=100.0)
+    assert floors.since(3, now=104.0, poll_interval=5.0) == taken_floor(oldest)
+    assert floors.since(5, now=104.0, poll_interval=5.0) is None  # another scope
+    floors.look(3, taken_floor(oldest), oldest + timedelta(seconds=30), now=104.0)
+    assert floors.since(3, now=104.5, poll_interval=5.0) == taken_floor(
+        oldest + timedelta(seconds=30)
+    )
+    assert floors.since(3, now=105.0, poll_interval=5.0) is None  # five seconds on
 
 
 def test_the_floor_is_a_second_before_the_oldest_row_taken() -> None:

@@ -86,6 +86,36 @@ def taken_floor(oldest: datetime) -> datetime:
     return oldest - FLOOR_SLACK
 
 
+# The floors' scope of a single-node decider, whose one take spans every held key.
+EVERY_HELD_KEY = -1
+
+
+class Floors:
+    """Where a decider's takes start, per scope: a shard key in the distributed layout,
+    whose takes are one per key, or ``EVERY_HELD_KEY`` on one PostgreSQL (pure state;
+    the caller passes the clock). A scope's floor is ``taken_floor`` of the oldest row
+    its last take returned; a scope whose takes have not looked from the oldest row for
+    a poll interval gets no floor, so its next take does."""
+
+    def __init__(self) -> None:
+        self._floors: dict[int, datetime] = {}
+        self._looked_from_oldest_at: dict[int, float] = {}
+
+    def since(self, scope: int, now: float, poll_interval: float) -> datetime | None:
+        """Where the scope's next take starts (None: from the oldest row)."""
+        if now - self._looked_from_oldest_at.get(scope, -float("inf")) >= poll_interval:
+            return None
+        return self._floors.get(scope)
+
+    def look(self, scope: int, since: datetime | None, oldest: datetime | None, now: float) -> None:
+        """Record a take of the scope that started at ``since`` and returned rows due from
+        ``oldest`` on (None: it returned none)."""
+        if since is None:
+            self._looked_from_oldest_at[scope] = now
+        if oldest is not None:
+            self._floors[scope] = taken_floor(oldest)
+
+
 class DeciderLoop(Loop):
     """Takes batches of runs to decide, one shard key at a time, from the keys it holds
     (``held``, every key of ``shards`` by default); decides each under its row lock."""
@@ -138,10 +168,8 @@ class DeciderLoop(Loop):
         # Keys that may have runs to decide, in the order they are taken.
         self._dirty: dict[int, None] = {}
         self._all_marked_at = -float("inf")  # when every held key was last marked dirty
-        # Where a single-node take's index range starts (``taken_floor``), and when a take
-        # last looked from the oldest row (one does at least once per poll interval).
-        self._floor: datetime | None = None
-        self._looked_from_oldest_at = -float("inf")
+        # Where each take's index range starts (``taken_floor``).
+        self._floors = Floors()
         # Sets the keys' sleep flags. The NOTIFY that ends a sleep must not be dropped for
         # a report flush that expected to send one while this loop was awake (and so sent
         # none): the listening loop forgets those absorbs as it falls asleep.
@@ -195,7 +223,7 @@ class DeciderLoop(Loop):
         """A tick that found nothing more to do sleeps only once the held keys' sleep
         flags are set, so that their next writer NOTIFYs (``decider_sleep``)."""
         return await self._take_dirty() or await self.sleep_gate.keep_ticking(
-            self.held.held(), self._sleep, self.decided, self._since()
+            self.held.held(), self._sleep, self.decided, self._since(EVERY_HELD_KEY)
         )
 
     def _forget_absorbed(self) -> None:
@@ -237,13 +265,19 @@ class DeciderLoop(Loop):
         keys: Sequence[int],
         limit: int,
         run_ids: Sequence[uuid.UUID] | None = None,
-    ) -> dict[uuid.UUID, int]:
-        """The layout's take: of the one key ``keys`` holds (distributed), or across them."""
+    ) -> decide_queue.QueueTake:
+        """The layout's take: of the one key ``keys`` holds (distributed, from the key's
+        floor unless ``run_ids`` are chosen), or across them."""
         self.takes += 1
-        if self.shards.distributed:
-            (shard,) = keys
+        if not self.shards.distributed:
+            return await decide_queue.take_held(conn, keys, self.shards.count, limit, run_ids)
+        (shard,) = keys
+        if run_ids is not None:
             return await decide_queue.take(conn, shard, limit, run_ids)
-        return await decide_queue.take_held(conn, keys, self.shards.count, limit, run_ids)
+        since = self._since(shard)
+        taken = await decide_queue.take(conn, shard, limit, since=since)
+        self._floors.look(shard, since, taken.oldest, time.monotonic())
+        return taken
 
     async def _take_and_load(self, conn: AsyncConnection, keys: Sequence[int]) -> Taken:
         """The layout's take of a batch, locked and read: one call on one PostgreSQL
@@ -251,28 +285,24 @@ class DeciderLoop(Loop):
         the read, each a statement within the one key."""
         if not self.shards.distributed:
             self.takes += 1
-            since = self._since()
+            since = self._since(EVERY_HELD_KEY)
             taken = await decider_take.take_and_load(conn, keys, self.batch_size, since)
-            if since is None:
-                self._looked_from_oldest_at = time.monotonic()
-            if taken.oldest is not None:
-                self._floor = taken_floor(taken.oldest)
+            self._floors.look(EVERY_HELD_KEY, since, taken.oldest, time.monotonic())
             return taken
-        failures = await self._take(conn, keys, self.batch_size)
+        failures = (await self._take(conn, keys, self.batch_size)).failures
         if not failures:
             return Taken()
         taken = await lock_and_load(conn, self.shards, keys, list(failures))
         return replace(taken, failures=failures)
 
-    def _since(self) -> datetime | None:
-        """Where this take's range (and the sleep gate's look) starts: the floor, unless
-        no take has looked from the oldest row for a poll interval, so a row stamped
-        long before its commit waits no longer than a poll would."""
-        if self.shards.distributed:
+    def _since(self, scope: int) -> datetime | None:
+        """Where a take of ``scope`` (and, on one PostgreSQL, the sleep gate's look)
+        starts: its floor, unless no take has looked from the oldest row for a poll
+        interval, so a row stamped long before its commit waits no longer than a poll
+        would. The distributed layout's sleep gate looks from the oldest row."""
+        if self.shards.distributed and scope == EVERY_HELD_KEY:
             return None
-        if time.monotonic() - self._looked_from_oldest_at >= self.poll_interval:
-            return None
-        return self._floor
+        return self._floors.since(scope, time.monotonic(), self.poll_interval)
 
     def _backlog(self, taken: int) -> bool:
         """Whether a take of ``taken`` runs says more wait, so the sibling loop should take
@@ -331,7 +361,7 @@ class DeciderLoop(Loop):
             cancels = False
             taken = await self._take(conn, keys, len(run_ids), run_ids)
             now = datetime.now(UTC)  # after the take, as in ``_decide``
-            for run_id, failed_before in taken.items():
+            for run_id, failed_before in taken.failures.items():
                 shard = self.shards.of_run(run_id)
                 try:
                     async with conn.begin_nested():

@@ -141,26 +141,41 @@ def _enqueue_statement(timed: bool, spanning: bool) -> Insert:
     )
 
 
+@dataclass(frozen=True)
+class QueueTake:
+    """What a take of decide rows returned: run id -> decisions of it that failed so
+    far, in run-id order, and the oldest ``available_at`` among the rows (None when it
+    took none): where the decider's next takes of the key may start."""
+
+    failures: dict[uuid.UUID, int]
+    oldest: datetime | None
+
+
 async def take(
-    conn: AsyncConnection, shard: int, limit: int, run_ids: Sequence[uuid.UUID] | None = None
-) -> dict[uuid.UUID, int]:
+    conn: AsyncConnection,
+    shard: int,
+    limit: int,
+    run_ids: Sequence[uuid.UUID] | None = None,
+    since: datetime | None = None,
+) -> QueueTake:
     """Take up to ``limit`` runs of key ``shard`` due for a decision (or just
     ``run_ids``, all of that key) off the queue (decider loop of a distributed
-    installation, one take per dirty key): run id -> decisions of it that failed so far,
-    in run-id order.
+    installation, one take per dirty key), from ``since`` on when it is given (the
+    decider's floor for the key, docs/design.md "The decider's floor").
 
     Deleted at once but locked until the decision commits: a report racing the
     decision waits on the deleted row and inserts a new one after the commit (or
     finds it restored by a rollback) — no lost wake-up, and no separate delete.
     ``FOR UPDATE SKIP LOCKED``: deciders never wait on each other. Quarantined rows
     are never taken. Served by the partial index ``ix_decide_queue_decider`` (shard,
-    available_at) (or the primary key (shard, run_id) for ``run_ids``).
+    available_at), its range starting at ``since`` (or the primary key (shard, run_id)
+    for ``run_ids``).
     """
-    params: dict[str, object] = {SHARD_PARAM: shard, "limit": limit}
+    params: dict[str, object] = {SHARD_PARAM: shard, "limit": limit, "since": since}
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None, False), params)
-    return dict(sorted(result.all()))
+    return _queue_take(result.all())
 
 
 async def take_held(
@@ -169,27 +184,41 @@ async def take_held(
     count: int,
     limit: int,
     run_ids: Sequence[uuid.UUID] | None = None,
-) -> dict[uuid.UUID, int]:
+) -> QueueTake:
     """:func:`take` over every key in ``keys`` in ONE statement (decider loop of a
-    single-node installation, one take per tick over its dirty held keys; ``count`` is
-    the installation's key count): the oldest due runs of any of those keys, as the one
+    single-node installation, a batch retried run by run; ``count`` is the
+    installation's key count): the oldest due runs of any of those keys, as the one
     queue before there were keys — fair between keys by age. The same locks and
     deletion as :func:`take`; ``ix_decide_queue_decider`` (shard, available_at), one
     range per key (``shard = ANY``), or the primary key for ``run_ids``."""
-    params: dict[str, object] = {**spanning_params(keys, count), "limit": limit}
+    params: dict[str, object] = {
+        **spanning_params(keys, count),
+        "limit": limit,
+        "since": None,
+    }
     if run_ids is not None:
         params["run_ids"] = list(run_ids)
     result = await conn.execute(_take_statement(run_ids is not None, True), params)
-    return dict(sorted(result.all()))
+    return _queue_take(result.all())
+
+
+def _queue_take(rows: Sequence[Any]) -> QueueTake:
+    return QueueTake(
+        failures=dict(sorted((run_id, failures) for run_id, failures, _ in rows)),
+        oldest=min((available_at for _, _, available_at in rows), default=None),
+    )
 
 
 @cache
-def _take_statement(chosen: bool, spanning: bool) -> ReturningDelete[uuid.UUID, int]:
+def _take_statement(chosen: bool, spanning: bool) -> ReturningDelete[uuid.UUID, int, datetime]:
     key = in_array(DecideQueue.shard, shards_param()) if spanning else (
         DecideQueue.shard == shard_param()
     )
+    since = bindparam("since", type_=DateTime(timezone=True))
+    from_floor = func.coalesce(since, literal_column("'-infinity'::timestamptz"))
     due = select(DecideQueue.shard, DecideQueue.run_id).where(
         key,
+        DecideQueue.available_at >= from_floor,
         DecideQueue.available_at <= func.now(),
         DecideQueue.quarantined_at.is_(None),
     )
@@ -205,7 +234,7 @@ def _take_statement(chosen: bool, spanning: bool) -> ReturningDelete[uuid.UUID, 
             DecideQueue.shard == (taken.c.shard if spanning else shard_param()),
             DecideQueue.run_id == taken.c.run_id,
         )
-        .returning(DecideQueue.run_id, DecideQueue.failures)
+        .returning(DecideQueue.run_id, DecideQueue.failures, DecideQueue.available_at)
     )
 
 
