@@ -153,8 +153,9 @@ END $$""")
     runtime = Runtime(engine, flows.app, poll_interval=0.1)
     await runtime.start()
     try:
-        handle = await Client(engine).start(flows.chain, 3)
-        assert await handle.result(timeout=30) == 9  # (3 + 1) * 2 + 1
+        async with Client(engine) as client:  # closed: its LISTEN connection goes back
+            handle = await client.start(flows.chain, 3)
+            assert await handle.result(timeout=30) == 9  # (3 + 1) * 2 + 1
     finally:
         await runtime.stop()
     refused = [r.getMessage() for r in caplog.records if "reporting" in r.getMessage()]
