@@ -113,18 +113,17 @@ def _sleeps_function(
         if floor
         else ""
     )
-    flags = (
-        f"""INSERT INTO {s}.decider_sleep AS d (shard, asleep)
-    SELECT k, true FROM unnest(keys) AS k
-        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO NOTHING;
+    on_conflict = (
+        f"""DO NOTHING;
     UPDATE {s}.decider_sleep AS d SET asleep = true
      WHERE d.shard = ANY (keys) AND NOT d.asleep;"""
         if changed_only
-        else f"""INSERT INTO {s}.decider_sleep AS d (shard, asleep)
-    SELECT k, true FROM unnest(keys) AS k
-        ON CONFLICT ON CONSTRAINT pk_decider_sleep DO UPDATE SET asleep = true
+        else """DO UPDATE SET asleep = true
      WHERE NOT d.asleep;"""
     )
+    flags = f"""INSERT INTO {s}.decider_sleep AS d (shard, asleep)
+    SELECT k, true FROM unnest(keys) AS k
+        ON CONFLICT ON CONSTRAINT pk_decider_sleep {on_conflict}"""
     return f"""
 {create} FUNCTION {s}.{signature} RETURNS text
 LANGUAGE plpgsql VOLATILE
