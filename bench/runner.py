@@ -21,7 +21,7 @@ from bench.worker_cpu import scenario_worker_cpu
 from legato.db import create_engine
 
 REPO = Path(__file__).resolve().parent.parent
-PEERS = ("dbos", "pgqueuer")
+PEERS = ("dbos", "pgqueuer", "durablepg")
 #: Every scenario by name: Legato's own, and those of the latency issue's table.
 ALL_SCENARIOS = {
     **SCENARIOS,
@@ -208,6 +208,20 @@ ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
         (
             f"{what} p50 / bare p50{where} (x)",
             ("wake", f"{what} p50 / bare commit p50{where}"),
+            ("", ""),
+        )
+        for what in ("signal -> next task", "start -> first task")
+        for where in ("", ", one process")
+    ),
+    (
+        "bare INSERT commit p50, spaced (ms)",
+        ("wake", "bare INSERT commit p50, spaced as the samples"),
+        ("", ""),
+    ),
+    *(
+        (
+            f"{what} p50 / spaced bare p50{where} (x)",
+            ("wake", f"{what} p50 / spaced bare commit p50{where}"),
             ("", ""),
         )
         for what in ("signal -> next task", "start -> first task")

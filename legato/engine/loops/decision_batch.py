@@ -266,8 +266,7 @@ class Batch:
         creates = [row._replace(observed=True) if row.id in observed else row for row in folded]
         writes = decisions.Writes(
             creates=[
-                _handed_task(row, self.now, owner) if row.id in handed else row
-                for row in creates
+                _handed_task(row, self.now, owner) if row.id in handed else row for row in creates
             ],
             enqueues=[
                 row._replace(lease_owner=owner) if row.task_id in handed else row
@@ -276,13 +275,10 @@ class Batch:
             timers=self.timers,
             consumed=self.consumed,
             moves=[
-                move._replace(observed=True) if move.task_id in observed else move
-                for move in moves
+                move._replace(observed=True) if move.task_id in observed else move for move in moves
             ],
             observed=[
-                pair
-                for pair in self.observed
-                if pair[1] not in created and pair[1] not in resolved
+                pair for pair in self.observed if pair[1] not in created and pair[1] not in resolved
             ],
             events=self.events,
             lifecycle=self.lifecycle,
@@ -291,6 +287,11 @@ class Batch:
                 for run, f in self.finishes
             ],
             handed_lease=None if self.handing is None else self.handing.lease,
+            waits_for_flush=waits_for_flush(
+                bool(self.finishes),
+                bool(handed),
+                any(row.task_id not in handed for row in enqueued),
+            ),
         )
         if self.shard is None:
             applied = await decisions.write_held(conn, self.shards, writes, self.now)
@@ -352,6 +353,23 @@ class Batch:
             started_at=self.now,
             trace_context=run.trace_context,
         )
+
+
+def waits_for_flush(finishes: bool, hands_over: bool, queues: bool) -> bool:
+    """Whether a batch's commit waits for its WAL to reach disk: unless it ``queues``
+    attempts for a worker's claim, and neither ``finishes`` a run (its client returns
+    the result at once) nor ``hands_over`` attempts to this process's worker (which runs
+    them at once, without a claim of its own).
+
+    A decision is derived from durable inputs (starts, signals, reports), so one a crash
+    took with its WAL not yet on disk is made again from them. No one acts on a queued
+    attempt before a worker's claim, a commit that waits for its flush and so carries
+    this WAL to disk too (WAL is written in order), and the claim follows within a
+    NOTIFY's delay: one flush serves both. A decision that only opens a wait or arms a
+    timer waits: nothing commits after it soon, and PostgreSQL's WAL writer would flush
+    it later, in the way of whatever commit is then on a user's path
+    (docs/design.md, "A decision commits without waiting for its flush")."""
+    return finishes or hands_over or not queues
 
 
 def _handed_task(row: tasks.NewTask, now: datetime, owner: str | None) -> tasks.NewTask:

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import CompoundSelect, Select, func, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import (
@@ -56,6 +56,9 @@ class Writes:
     # The lease of the ``enqueues`` handed to the decider's own worker (a
     # ``lease_owner``): their expiry is this past the statement's server clock.
     handed_lease: timedelta | None = None
+    # False: the transaction commits without waiting for its WAL flush
+    # (``decision_batch.waits_for_flush`` says when a decision may).
+    waits_for_flush: bool = True
 
 
 async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime) -> set[uuid.UUID]:
@@ -65,7 +68,9 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
 
     A part with no rows is an ``unnest`` of empty arrays: it writes nothing, at next
     to no cost, and the statement keeps its shape. Two parts are left out when they
-    have no rows, so there are four shapes: the ``task_queue`` insert,
+    have no rows, and a batch whose commit need not wait for its flush
+    (``Writes.waits_for_flush``) sets that in a branch of its own, so there are eight
+    shapes. The parts left out: the ``task_queue`` insert,
     because its statement trigger NOTIFYs the workers even for no rows, and the
     ``outbox`` insert, whose join of ``runs`` and ``webhook_endpoints`` is planned
     even for no rows (most decisions neither start nor finish a run). Each part is
@@ -74,7 +79,9 @@ async def write(conn: AsyncConnection, shard: int, writes: Writes, now: datetime
     params = _params(shard, writes, now)
     if routes(conn):
         return await _write_routed(conn, shard, writes, params)
-    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle), False)
+    statement = _statement(
+        bool(writes.enqueues), bool(writes.lifecycle), False, writes.waits_for_flush
+    )
     return await _execute(conn, statement, params)
 
 
@@ -111,7 +118,9 @@ async def write_held(
     del params[SHARD_PARAM]  # no part of the spanning statement has one key
     params[SHARD_COUNT_PARAM] = shards.count
     params[SHARDS_PARAM] = sorted({shards.of_run(run_id) for run_id, _ in writes.observed})
-    statement = _statement(bool(writes.enqueues), bool(writes.lifecycle), True)
+    statement = _statement(
+        bool(writes.enqueues), bool(writes.lifecycle), True, writes.waits_for_flush
+    )
     return await _execute(conn, statement, params)
 
 
@@ -135,7 +144,9 @@ def _params(shard: int, writes: Writes, now: datetime) -> dict[str, Any]:
 
 
 async def _execute(
-    conn: AsyncConnection, statement: Select[uuid.UUID], params: dict[str, Any]
+    conn: AsyncConnection,
+    statement: Select[uuid.UUID] | CompoundSelect[uuid.UUID],
+    params: dict[str, Any],
 ) -> set[uuid.UUID]:
     # From text compiled once (``precompiled``): the statement's 77-98 parameters are
     # lists the driver encodes itself.
@@ -143,7 +154,9 @@ async def _execute(
 
 
 @cache
-def _statement(enqueues: bool, publishes: bool, spanning: bool) -> Select[uuid.UUID]:
+def _statement(
+    enqueues: bool, publishes: bool, spanning: bool, waits_for_flush: bool
+) -> Select[uuid.UUID] | CompoundSelect[uuid.UUID]:
     moved = tasks.moved(spanning).cte("moved")
     parts = [
         tasks.inserted(spanning).cte("inserted_tasks"),
@@ -157,7 +170,14 @@ def _statement(enqueues: bool, publishes: bool, spanning: bool) -> Select[uuid.U
         parts.append(task_queue.enqueued(spanning).cte("enqueued_attempts"))
     if publishes:
         parts.append(outbox.published(spanning))
-    return select(moved.c.id).add_cte(*parts)
+    moved_ids = select(moved.c.id)
+    if waits_for_flush:
+        return moved_ids.add_cte(*parts)
+    # The transaction's commit need not wait for its flush: ``set_config`` in a branch
+    # that returns no row (it returns 'off'), evaluated once whatever the rows, so the
+    # setting costs no round trip of its own.
+    relaxed = select(null()).where(func.set_config("synchronous_commit", "off", True).is_(None))
+    return union_all(moved_ids, relaxed).add_cte(*parts)
 
 
 def _routed_parts(writes: Writes) -> list[tuple[Any, bool]]:
