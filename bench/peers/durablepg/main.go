@@ -179,6 +179,12 @@ func run(url string, wakes, starts int) error {
 		return err
 	}
 	fmt.Println(string(out))
+	// The worker holds a pooled connection until it stops: stop it before the pool closes.
+	cancel()
+	select {
+	case <-worker:
+	case <-time.After(10 * time.Second):
+	}
 	return nil
 }
 
