@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.schema.tables import TableColumns
@@ -41,6 +41,18 @@ async def eventually(
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+@contextmanager
+def engine_events(engine: AsyncEngine, *hooks: tuple[str, Callable[..., None]]) -> Iterator[None]:
+    """Listen to ``engine``'s SQLAlchemy events (each ``(name, hook)``) for the block."""
+    for name, hook in hooks:
+        event.listen(engine.sync_engine, name, hook)
+    try:
+        yield
+    finally:
+        for name, hook in hooks:
+            event.remove(engine.sync_engine, name, hook)
 
 
 def write_whole(path: Path, text: str) -> None:

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Roles, RunStatus, Runtime, TaskContext, task, workflow
 from legato.engine.loops.decider import DeciderLoop
 from legato.schema import DEFAULT_SHARD_COUNT, Shards
-from tests.helpers import eventually
+from tests.helpers import engine_events, eventually
 
 
 @task()
@@ -54,14 +53,8 @@ def decision_commits(engine: AsyncEngine) -> Iterator[list[str]]:
             shown = conn.exec_driver_sql("SELECT current_setting('synchronous_commit')")
             settings.append(shown.scalar_one())
 
-    hooks = (("before_cursor_execute", statement), ("commit", commit))
-    for name, hook in hooks:
-        event.listen(engine.sync_engine, name, hook)
-    try:
+    with engine_events(engine, ("before_cursor_execute", statement), ("commit", commit)):
         yield settings
-    finally:
-        for name, hook in hooks:
-            event.remove(engine.sync_engine, name, hook)
 
 
 async def test_a_decision_that_queues_work_does_not_wait_for_its_flush(

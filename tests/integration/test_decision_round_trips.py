@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import delete, event, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, TaskContext, task, workflow
@@ -23,7 +23,7 @@ from legato.schema import (
     Tasks,
     TaskState,
 )
-from tests.helpers import eventually
+from tests.helpers import engine_events, eventually
 
 
 @task()
@@ -56,14 +56,10 @@ def round_trips(engine: AsyncEngine) -> Iterator[list[str]]:
     def commit(_conn: Any) -> None:
         sent.append("COMMIT")
 
-    hooks = (("before_cursor_execute", statement), ("begin", begin), ("commit", commit))
-    for name, hook in hooks:
-        event.listen(engine.sync_engine, name, hook)
-    try:
+    with engine_events(
+        engine, ("before_cursor_execute", statement), ("begin", begin), ("commit", commit)
+    ):
         yield sent
-    finally:
-        for name, hook in hooks:
-            event.remove(engine.sync_engine, name, hook)
 
 
 async def test_a_wake_decision_is_four_round_trips(engine: AsyncEngine) -> None:
