@@ -150,6 +150,15 @@ class LocalPostgres:
                 reports.extend(lines[number : number + 2])
         return reports
 
+    def crash(self) -> None:
+        """Stop the server at once, as a crash of its processes would (``pg_ctl -m
+        immediate``): no checkpoint, and WAL the server had not yet written is lost. The
+        data directory stays; ``start()`` recovers from it. For crash tests."""
+        assert self.data_dir is not None
+        done = self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+        if done.returncode != 0:
+            raise ConfigurationError(f"pg_ctl stop failed: {done.stderr.strip()}")
+
     def stop(self) -> None:
         assert self.data_dir is not None
         data = str(self.data_dir)

@@ -1,6 +1,6 @@
 """A Legato process for the multi-process tests: ``python -m tests.e2e.procs ROLE ...``.
 
-Roles: ``decider``, ``worker``, ``all``. ``--pause-decision MARKER`` makes the decider
+Roles: ``decider``, ``decider+timer``, ``worker``, ``all``. ``--pause-decision MARKER`` makes the decider
 hang inside its first decision's transaction (after applying it, before commit) and
 write MARKER, so a test can kill it mid-decision.
 """
@@ -25,6 +25,7 @@ from tests.helpers import write_whole
 
 ROLES = {
     "decider": Roles(worker=False, timer=False),
+    "decider+timer": Roles(worker=False),
     "worker": Roles(decider=False, timer=False),
     "all": Roles(),
 }
