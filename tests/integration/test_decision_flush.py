@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Roles, RunStatus, Runtime, TaskContext, task, workflow
 from legato.engine.loops.decider import DeciderLoop
-from legato.schema import DEFAULT_SHARD_COUNT, Shards
+from legato.schema import DEFAULT_SHARD_COUNT, Shards, WorkflowDefinitions
 from tests.helpers import engine_events, eventually
 
 
@@ -32,7 +33,12 @@ def woken(flow: Flow[str]) -> Node[str]:
     return flow.run(greet, flow.wait_for_event("go", str))
 
 
-app = App(workflows=[greeting, woken])
+@workflow("broken")
+def broken(flow: Flow[str]) -> Node[str]:
+    return flow.run(greet, flow.input)
+
+
+app = App(workflows=[greeting, woken, broken])
 shards = Shards(DEFAULT_SHARD_COUNT)
 
 
@@ -109,3 +115,25 @@ async def test_a_decision_that_hands_attempts_to_its_worker_waits_for_its_flush(
     assert run.run.status is RunStatus.SUCCEEDED
     assert handed == 1  # the greeting went to the worker through the decision
     assert settings == ["on", "on"]
+
+
+async def test_decisions_made_one_by_one_wait_for_their_flush(engine: AsyncEngine) -> None:
+    """A batch whose decision fails is decided again run by run, each in a savepoint of
+    one transaction: a run whose decision only queues work then shares its commit with
+    the others' writes, so it waits for the flush."""
+    decider = DeciderLoop(engine, shards=shards, poll_interval=600)
+    async with Client(engine, app=app) as client:
+        await client.deploy()
+        async with engine.begin() as conn:  # a corrupted stored spec: its runs fail to decide
+            await conn.execute(
+                update(WorkflowDefinitions.table)
+                .where(WorkflowDefinitions.name == "broken")
+                .values(spec={"corrupted": True})
+            )
+        good = await client.start(greeting, "x")
+        await client.start(broken, "y")
+        with decision_commits(engine) as settings:
+            await decider.tick()
+        run = await client.get_run(good.run_id)
+    assert [t.node_id for t in run.tasks] == ["greet"]  # the good run was decided
+    assert settings == ["on"]

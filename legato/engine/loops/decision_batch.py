@@ -119,6 +119,9 @@ class Batch:
     # attempts is written leased to it (none without a local worker).
     handing: DecisionLeases | None = None
     runs_of: dict[uuid.UUID, runs.RunRow] = field(default_factory=dict)
+    # The transaction holds other batches' writes too (decided one by one, each in its
+    # savepoint): a commit that skipped its flush wait would skip theirs, so it waits.
+    shares_transaction: bool = False
 
     def by_key(
         self, rows: Sequence[task_queue.NewQueueRow]
@@ -287,7 +290,8 @@ class Batch:
                 for run, f in self.finishes
             ],
             handed_lease=None if self.handing is None else self.handing.lease,
-            waits_for_flush=waits_for_flush(
+            waits_for_flush=self.shares_transaction
+            or waits_for_flush(
                 bool(self.finishes),
                 bool(handed),
                 any(row.task_id not in handed for row in enqueued),
@@ -393,9 +397,12 @@ async def decide_runs(
     handing: DecisionLeases | None = None,
 ) -> Batch:
     """Lock, load, decide and apply a batch of runs of ``keys`` the caller took, in its
-    transaction (:func:`lock_and_load`, then :func:`decide_taken`)."""
+    transaction (:func:`lock_and_load`, then :func:`decide_taken`), beside the other
+    batches the caller decides in it (``shares_transaction``)."""
     taken = await lock_and_load(conn, shards, keys, run_ids)
-    return await decide_taken(conn, shards, keys, taken, specs, now, inputs, fair, handing)
+    return await decide_taken(
+        conn, shards, keys, taken, specs, now, inputs, fair, handing, shares_transaction=True
+    )
 
 
 async def lock_and_load(
@@ -430,6 +437,8 @@ async def decide_taken(
     inputs: InputChecks | None = None,
     fair: fair_keys.FairKeys | None = None,
     handing: DecisionLeases | None = None,
+    *,
+    shares_transaction: bool = False,
 ) -> Batch:
     """Decide and apply a batch of locked and loaded runs of ``keys``, in the caller's
     transaction, handing what the process's own worker takes of the new attempts to it
@@ -446,6 +455,7 @@ async def decide_taken(
         queue_of={row.task_id: row.queue for rows, _ in loaded.values() for row in rows},
         fair=fair,
         handing=handing,
+        shares_transaction=shares_transaction,
     )
     for run, last_seq in running:
         spec = await specs.get(conn, run.workflow_name, run.workflow_version)
