@@ -1,8 +1,8 @@
 """A Legato process for the multi-process tests: ``python -m tests.e2e.procs ROLE ...``.
 
-Roles: ``decider``, ``decider+timer``, ``worker``, ``all``. ``--pause-decision MARKER`` makes the decider
-hang inside its first decision's transaction (after applying it, before commit) and
-write MARKER, so a test can kill it mid-decision.
+Roles: ``decider``, ``decider+timer``, ``worker``, ``all``. ``--pause-decision MARKER``
+makes the decider hang inside its first decision's transaction (after applying it,
+before commit) and write MARKER, so a test can kill it mid-decision.
 """
 
 from __future__ import annotations
