@@ -46,6 +46,13 @@ async def stamp_go(ctx: TaskContext, first: float, go: Go) -> float:
     return time.time()
 
 
+@task()
+async def stamp_next(ctx: TaskContext, went: float) -> float:
+    """Its start, after ``stamp_go`` (whose body returns as it starts): one step's
+    latency from a finished task to the next one of its run."""
+    return time.time()
+
+
 @workflow("bench_one")
 def one(flow: Flow[int]) -> Node[int]:
     """e2e-1: one no-op task."""
@@ -72,10 +79,11 @@ def fanout10(flow: Flow[int]) -> Node[int]:
 
 @workflow("bench_wake")
 def wake(flow: Flow[int]) -> Node[float]:
-    """wake: stamp the first task's start; wait for ``go``; stamp the next task's start."""
+    """wake: stamp the first task's start; wait for ``go``; stamp the next task's start,
+    then the start of the task after it."""
     first = flow.run(stamp, flow.input)
     go = flow.wait_for_event("go", Go, after=[first])
-    return flow.run(stamp_go, first, go)
+    return flow.run(stamp_next, flow.run(stamp_go, first, go))
 
 
 app = App(workflows=[one, one_tx, chain3, fanout10, wake])

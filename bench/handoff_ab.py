@@ -71,7 +71,7 @@ async def main(rounds: int, per_round: int) -> None:
                 for _ in range(rounds):
                     for mode in ("off", "on"):
                         _link(runtime, mode == "on", reports)
-                        first, after = await wake_samples(client, probe, per_round)
+                        first, after, _ = await wake_samples(client, probe, per_round)
                         samples[mode][0].extend(first)
                         samples[mode][1].extend(after)
                         runs[mode] += per_round

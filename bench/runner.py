@@ -206,6 +206,14 @@ ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
     ),
     *(
         (
+            f"task -> next task p50{where} (ms, lower better)",
+            ("wake", f"task -> next task p50{where}"),
+            ("", ""),
+        )
+        for where in ("", ", one process")
+    ),
+    *(
+        (
             f"{what} p50 / bare p50{where} (x)",
             ("wake", f"{what} p50 / bare commit p50{where}"),
             ("", ""),

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from sqlalchemy import func, select, text
@@ -557,7 +557,7 @@ async def _wake_layout(server: Server, opts: Options, one_process: bool) -> list
             await client.deploy()
             await asyncio.to_thread(fleet.start)
             fleet.release()
-            first, after = await wake_samples(client, probe, n, warm=True)
+            first, after, step = await wake_samples(client, probe, n, warm=True)
             commits = await bare.timed(max(100, n))
             spaced = await bare.timed(max(50, n // 2), WAKE_SPACING)
     finally:
@@ -568,7 +568,11 @@ async def _wake_layout(server: Server, opts: Options, one_process: bool) -> list
     suffix = ONE_PROCESS if one_process else ""
     settings = {"samples": n, "layout": fleet.layout, "spacing_ms": WAKE_SPACING * 1000}
     figures = []
-    for label, samples in (("signal -> next task", after), ("start -> first task", first)):
+    for label, samples in (
+        ("signal -> next task", after),
+        ("start -> first task", first),
+        ("task -> next task", step),
+    ):
         for p in (50, 95, 99):
             figures.append(
                 Figure("wake", f"{label} p{p}{suffix}", percentile(samples, p), "ms", settings)
@@ -601,11 +605,19 @@ SPACED_BARE = "bare INSERT commit p50, spaced as the samples"
 WAKE_SPACING = 0.02  # between one start (or signal) and the next
 
 
+class WakeSamples(NamedTuple):
+    """The ms of each wake run: ``Client.start`` to the first task's start, ``Client.signal``
+    to the next task's start, and that task's end to the start of the one after it."""
+
+    first: list[float]
+    after: list[float]
+    step: list[float]
+
+
 async def wake_samples(
     client: Client, probe: AsyncEngine, n: int, *, warm: bool = False
-) -> tuple[list[float], list[float]]:
-    """Start ``n`` wake runs one at a time, then signal each once all wait: the ms from
-    ``Client.start`` to the first task's start, and from ``Client.signal`` to the next."""
+) -> WakeSamples:
+    """Start ``n`` wake runs one at a time, then signal each once all wait."""
     if warm:
         handle = await client.start(wake, -1)
         await _wait_until(lambda: _waiting(probe, [handle.run_id]), 30, "the warm-up run")
@@ -628,7 +640,8 @@ async def wake_samples(
     stamps = await _stamps(probe, runs)
     first = [(stamps[(r, "stamp")] - at) * 1000 for r, at in started.items()]
     after = [(stamps[(r, "stamp_go")] - at) * 1000 for r, at in signalled.items()]
-    return first, after
+    step = [(stamps[(r, "stamp_next")] - stamps[(r, "stamp_go")]) * 1000 for r in runs]
+    return WakeSamples(first, after, step)
 
 
 async def scenario_latency(server: Server, opts: Options) -> list[Figure]:
@@ -685,7 +698,7 @@ async def _latency_layout(server: Server, opts: Options, one_process: bool) -> l
         Figure("latency", f"background load{suffix}", achieved, "wf/s", {"target": round(rate)}),
         *([] if one_process else bare_figures("latency", commits)),
     ]
-    for load, (first, after) in (("at rest", rest), ("at 50% load", loaded)):
+    for load, (first, after, _) in (("at rest", rest), ("at 50% load", loaded)):
         for label, samples in (("signal -> next task", after), ("start -> first task", first)):
             settings = {
                 "samples": n,
@@ -753,7 +766,7 @@ async def _stamps(probe: AsyncEngine, runs: list[uuid.UUID]) -> dict[tuple[uuid.
         result = await conn.execute(
             select(Tasks.run_id, Tasks.node_id, Tasks.output).where(
                 Tasks.run_id.in_(runs),
-                Tasks.node_id.in_(["stamp", "stamp_go"]),
+                Tasks.node_id.in_(["stamp", "stamp_go", "stamp_next"]),
                 Tasks.state == TaskState.COMPLETED,
             )
         )
