@@ -13,25 +13,28 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from legato import Client, RunStatus, TaskState
+from legato import Client, RunHandle, RunStatus, TaskState
 from legato.db import create_engine
 from legato.embedded import LocalPostgres
 from legato.migrations import upgrade
 from legato.schema import DecideQueue, Runs, TaskQueue, Tasks
+from legato.schema.tables import TableColumns
 from tests.e2e import handoff_flows
 from tests.helpers import count_rows, started_processes
 
 pytestmark = pytest.mark.timeout(300)
 
-RUNS = 60
 CRASHES = 3
+WAVE = 30  # runs started before each crash
+MAX_RUNS = 600
 
 
 def _tally(directory: Path) -> Counter[tuple[str, str, int]]:
@@ -41,20 +44,22 @@ def _tally(directory: Path) -> Counter[tuple[str, str, int]]:
     return Counter((run_id, node_id, int(attempt)) for run_id, node_id, attempt in lines)
 
 
-async def _finished(engine: AsyncEngine) -> int:
-    """Runs no longer RUNNING; -1 while the server does not answer (it is recovering)."""
+async def _count(engine: AsyncEngine, table: TableColumns, *where: ColumnElement[bool]) -> int:
+    """``count_rows``; -1 while the server does not answer (it is recovering)."""
     try:
-        return await count_rows(engine, Runs, Runs.status != RunStatus.RUNNING)
+        return await count_rows(engine, table, *where)
     except Exception:
         await engine.dispose()  # the pool's connections died with the server
         return -1
 
 
-async def _until(engine: AsyncEngine, at_least: int, deadline: float) -> int:
-    while (finished := await _finished(engine)) < at_least:
-        assert time.monotonic() < deadline, f"{finished} of {RUNS} runs finished"
-        await asyncio.sleep(0.05)
-    return finished
+async def _at_work(engine: AsyncEngine, wave: list[uuid.UUID]) -> bool | None:
+    """True once a run of ``wave`` finished while attempts are running: the moment to
+    crash; None when the whole wave finished first (another wave is needed)."""
+    finished = await _count(engine, Runs, Runs.id.in_(wave), Runs.status != RunStatus.RUNNING)
+    if finished == len(wave):
+        return None
+    return finished > 0 and await _count(engine, Tasks, Tasks.state == TaskState.RUNNING) > 0
 
 
 async def test_runs_finish_once_across_postgresql_crashes(
@@ -71,23 +76,33 @@ async def test_runs_finish_once_across_postgresql_crashes(
         async with Client(engine, app=handoff_flows.app) as client:
             await client.deploy()
         args = ("--database-url", url, "--app", "tests.e2e.handoff_flows", "--lease", "5")
+        handles: list[RunHandle[int]] = []
+        deadline = time.monotonic() + 180
         with started_processes() as start:
             processes = [
                 start("tests.e2e.procs", "decider+timer", *args),
                 start("tests.e2e.procs", "worker", *args),
             ]
-            async with Client(engine, app=handoff_flows.app) as client:
-                handles = [await client.start(handoff_flows.three_steps, n) for n in range(RUNS)]
-            deadline = time.monotonic() + 180
-            finished = 0
-            for crash in range(CRASHES):
-                # Each crash once more runs have finished: the processes are at work.
-                finished = await _until(engine, finished + 5, deadline)
-                assert finished < RUNS, f"all runs finished before crash {crash + 1}"
-                server.crash()
-                await asyncio.sleep(0.3)
-                server.start()
-            await _until(engine, RUNS, deadline)
+            crashes = 0
+            while crashes < CRASHES:
+                assert len(handles) < MAX_RUNS, "no crash found attempts running"
+                await engine.dispose()  # connections from before the last crash are dead
+                async with Client(engine, app=handoff_flows.app) as client:
+                    wave = await client.start_many(
+                        handoff_flows.three_steps, list(range(len(handles), len(handles) + WAVE))
+                    )
+                handles += wave
+                while (at_work := await _at_work(engine, [h.run_id for h in wave])) is False:
+                    assert time.monotonic() < deadline, "the processes did not start the wave"
+                    await asyncio.sleep(0.01)
+                if at_work:
+                    server.crash()
+                    await asyncio.sleep(0.3)
+                    server.start()
+                    crashes += 1
+            while await _count(engine, Runs, Runs.status == RunStatus.RUNNING) != 0:
+                assert time.monotonic() < deadline, "runs left unfinished"
+                await asyncio.sleep(0.05)
             assert all(p.poll() is None for p in processes), "a process died"
         async with engine.connect() as conn:
             outputs = dict((await conn.execute(select(Runs.id, Runs.output))).all())
@@ -96,7 +111,7 @@ async def test_runs_finish_once_across_postgresql_crashes(
                 await conn.execute(select(Tasks.run_id, Tasks.node_id, Tasks.attempt, Tasks.state))
             ).all()
         assert {statuses[h.run_id] for h in handles} == {RunStatus.SUCCEEDED}
-        assert [outputs[h.run_id] for h in handles] == [n + 3 for n in range(RUNS)]
+        assert [outputs[h.run_id] for h in handles] == [n + 3 for n in range(len(handles))]
         tally = _tally(tally_dir)
         attempts = {(str(run_id), node, attempt): state for run_id, node, attempt, state in rows}
         # Every body that ran is an attempt of record, and ran once.
@@ -105,7 +120,7 @@ async def test_runs_finish_once_across_postgresql_crashes(
         # Each step completed exactly once, by an attempt whose body ran.
         done = TaskState.COMPLETED
         completed = Counter(key[:2] for key, state in attempts.items() if state is done)
-        assert len(completed) == RUNS * 3 and set(completed.values()) == {1}
+        assert len(completed) == len(handles) * 3 and set(completed.values()) == {1}
         assert all(key in tally for key, state in attempts.items() if state is done)
         assert await count_rows(engine, TaskQueue) == 0
         assert await count_rows(engine, DecideQueue) == 0
