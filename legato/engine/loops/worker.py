@@ -360,18 +360,12 @@ class Worker(Loop):
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
-            if self.flush_interval > 0 and self._more_may_report():
+            if len(self._reports) < self.concurrency and self.flush_interval > 0:
                 await asyncio.sleep(self.flush_interval)
             if not await self.flush():
                 # Back off while the database is away; new results keep joining the batch.
                 await asyncio.sleep(self._report_backoff)
                 self._flush_wanted.set()
-
-    def _more_may_report(self) -> bool:
-        """Whether waiting ``flush_interval`` may let more reports join the batch: it is
-        not full, and attempts are still running. With none running the wait would
-        only delay the runs' next steps (an agent loop's at low load)."""
-        return len(self._reports) < min(self.concurrency, len(self._inflight))
 
     async def flush(self) -> bool:
         """Write buffered reports in one transaction; keep them if the database fails
