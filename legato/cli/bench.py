@@ -54,7 +54,10 @@ def register(commands: Any) -> None:
     parser.add_argument("--size", choices=("tiny", "small", "full"), default="small")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
-        "--compare", action="store_true", help="also run DBOS and pgqueuer (pip install them)"
+        "--compare",
+        action="store_true",
+        help="also run DBOS and pgqueuer (pip install them), and durablepg when "
+        "LEGATO_BENCH_DURABLEPG names its built binary",
     )
     parser.add_argument(
         "--profile",

@@ -119,8 +119,7 @@ class Batch:
     # attempts is written leased to it (none without a local worker).
     handing: DecisionLeases | None = None
     runs_of: dict[uuid.UUID, runs.RunRow] = field(default_factory=dict)
-    # The transaction holds other batches' writes too (decided one by one, each in its
-    # savepoint): a commit that skipped its flush wait would skip theirs, so it waits.
+    # The transaction holds other batches' writes too (decided one by one): it waits.
     shares_transaction: bool = False
 
     def by_key(
@@ -290,11 +289,11 @@ class Batch:
                 for run, f in self.finishes
             ],
             handed_lease=None if self.handing is None else self.handing.lease,
-            waits_for_flush=self.shares_transaction
-            or waits_for_flush(
+            waits_for_flush=waits_for_flush(
                 bool(self.finishes),
                 bool(handed),
                 any(row.task_id not in handed for row in enqueued),
+                self.shares_transaction,
             ),
         )
         if self.shard is None:
@@ -359,11 +358,12 @@ class Batch:
         )
 
 
-def waits_for_flush(finishes: bool, hands_over: bool, queues: bool) -> bool:
+def waits_for_flush(finishes: bool, hands_over: bool, queues: bool, shared: bool) -> bool:
     """Whether a batch's commit waits for its WAL to reach disk: unless it ``queues``
     attempts for a worker's claim, and neither ``finishes`` a run (its client returns
     the result at once) nor ``hands_over`` attempts to this process's worker (which runs
-    them at once, without a claim of its own).
+    them at once, without a claim of its own), nor is ``shared`` with other batches'
+    writes (decided one by one: the setting is the transaction's).
 
     A decision is derived from durable inputs (starts, signals, reports), so one a crash
     took with its WAL not yet on disk is made again from them. No one acts on a queued
@@ -373,7 +373,7 @@ def waits_for_flush(finishes: bool, hands_over: bool, queues: bool) -> bool:
     timer waits: nothing commits after it soon, and PostgreSQL's WAL writer would flush
     it later, in the way of whatever commit is then on a user's path
     (docs/design.md, "A decision commits without waiting for its flush")."""
-    return finishes or hands_over or not queues
+    return finishes or hands_over or not queues or shared
 
 
 def _handed_task(row: tasks.NewTask, now: datetime, owner: str | None) -> tasks.NewTask:
