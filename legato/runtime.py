@@ -213,6 +213,11 @@ class Runtime:
         local worker's report of runs of those keys committed."""
         self.decider_loops[0].decide_now(shards)
 
+    def _wake_decider(self) -> None:
+        """Wake the first decider loop with no key marked: a local worker's report
+        transaction ended (``ReportsToDecider.committing``)."""
+        self.decider_loops[0].nudge()
+
     def _build_loops(self, shards: Shards) -> None:
         """The loops of this process's roles, for the installation's keys ``shards``."""
         if self.loops:
@@ -225,6 +230,12 @@ class Runtime:
         max_decision_failures = self.max_decision_failures
         decision_retry_delay = self.decision_retry_delay
         listening = self.wakeups if self._listen_engine is not None else None
+        # Both roles in one process: the worker's reports wake the first decider in memory.
+        local_reports = (
+            ReportsToDecider(listening, self._decide_now, self._wake_decider)
+            if roles.worker and roles.decider
+            else None
+        )
         if roles.worker:
             served = self.served_queues
             self.worker = Worker(
@@ -240,8 +251,7 @@ class Runtime:
                 grace_period=grace_period,
                 max_output_bytes=max_output_bytes,
                 restarts=restarts,
-                # Both roles in one process: its reports wake the first decider in memory.
-                reports=ReportsToDecider(listening, self._decide_now) if roles.decider else None,
+                reports=local_reports,
             )
         if self.worker is not None and roles.decider:
             # Decisions lease new attempts to this process's worker in their own transaction.
@@ -266,6 +276,7 @@ class Runtime:
                     max_failures=max_decision_failures,
                     helper=helper,
                     handoff=self.handoff,
+                    local_reports=local_reports if i == 0 else None,
                     restarts=restarts,
                     inputs=inputs,
                     fair=fair,

@@ -56,7 +56,7 @@ from legato.engine.repositories import (
 )
 from legato.engine.repositories.decider_take import Taken
 from legato.engine.transport import handoff
-from legato.engine.transport.handoff import LocalHandoff
+from legato.engine.transport.handoff import LocalHandoff, ReportsToDecider
 from legato.engine.transport.wakeups import Wakeups, payload_shard, payloads
 from legato.outages import one_line, traceback_at_debug
 from legato.schema import Shards
@@ -136,6 +136,7 @@ class DeciderLoop(Loop):
         max_failures: int = 10,
         helper: DeciderLoop | None = None,
         handoff: LocalHandoff | None = None,
+        local_reports: ReportsToDecider | None = None,
         restarts: RestartPolicy | None = None,
         inputs: InputChecks | None = None,
         fair: FairKeys | None = None,
@@ -163,6 +164,8 @@ class DeciderLoop(Loop):
         # (a signal) wakes one loop only and nothing competes with its decision.
         self.helper = helper
         self.handoff = handoff  # a Runtime that also runs a worker leases attempts to it
+        # The same process's worker, whose reports wake this loop in memory.
+        self.local_reports = local_reports
         self._decide_channel = notify.decide_channel(schema)
         self._listening = False
         # Keys that may have runs to decide, in the order they are taken.
@@ -221,10 +224,21 @@ class DeciderLoop(Loop):
 
     async def tick(self) -> bool:
         """A tick that found nothing more to do sleeps only once the held keys' sleep
-        flags are set, so that their next writer NOTIFYs (``decider_sleep``)."""
-        return await self._take_dirty() or await self.sleep_gate.keep_ticking(
+        flags are set, so that their next writer NOTIFYs (``decider_sleep``). While a
+        report of this process's worker is being written and no key is marked, it
+        neither polls nor settles: the report's end wakes it, and the take it then makes
+        covers the report's runs (``ReportsToDecider``)."""
+        if self._awaits_local_report():
+            return False
+        if await self._take_dirty():
+            return True
+        return not self._awaits_local_report() and await self.sleep_gate.keep_ticking(
             self.held.held(), self._sleep, self.decided, self._since(EVERY_HELD_KEY)
         )
+
+    def _awaits_local_report(self) -> bool:
+        reports = self.local_reports
+        return reports is not None and reports.in_flight > 0 and not self._dirty
 
     def _forget_absorbed(self) -> None:
         if self._wakeups is not None:

@@ -360,12 +360,18 @@ class Worker(Loop):
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
-            if len(self._reports) < self.concurrency and self.flush_interval > 0:
+            if self.flush_interval > 0 and self._more_may_report():
                 await asyncio.sleep(self.flush_interval)
             if not await self.flush():
                 # Back off while the database is away; new results keep joining the batch.
                 await asyncio.sleep(self._report_backoff)
                 self._flush_wanted.set()
+
+    def _more_may_report(self) -> bool:
+        """Whether waiting ``flush_interval`` may let more reports join the batch: it is
+        not full, and attempts are still running. With none running the wait would
+        only delay the runs' next steps (an agent loop's at low load)."""
+        return len(self._reports) < min(self.concurrency, len(self._inflight))
 
     async def flush(self) -> bool:
         """Write buffered reports in one transaction; keep them if the database fails
@@ -375,10 +381,11 @@ class Worker(Loop):
         batch, self._reports = self._reports, []
         absorbed: Absorbed = None
         try:
-            async with self.engine.begin() as conn:
-                await apply_reports(conn, batch, "task finished", layout=self.shards)
-                if self.reports is not None:  # _finished nudges the local decider instead
-                    absorbed = await self.reports.absorb(conn, self._decide_channel)
+            with self.reports.committing() if self.reports else contextlib.nullcontext():
+                async with self.engine.begin() as conn:
+                    await apply_reports(conn, batch, "task finished", layout=self.shards)
+                    if self.reports is not None:  # _finished nudges the local decider
+                        absorbed = await self.reports.absorb(conn, self._decide_channel)
         except Exception as error:
             if self.reports is not None:
                 self.reports.unabsorb(absorbed)

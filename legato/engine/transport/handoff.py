@@ -28,7 +28,7 @@ returns the attempt as it does for any dead worker's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -65,6 +65,7 @@ class LocalReports(Protocol):
     """What the local worker needs of the hand-off: its committed reports wake the local
     decider in memory, and it drops its own copy of their decide NOTIFY."""
 
+    def committing(self) -> contextlib.AbstractContextManager[None]: ...
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed: ...
     def unabsorb(self, absorbed: Absorbed) -> None: ...
     def reported(self, shards: Iterable[int]) -> None: ...
@@ -105,13 +106,36 @@ def unabsorb(wakeups: Wakeups | None, absorbed: Absorbed) -> None:
 
 class ReportsToDecider:
     """The worker's end of the hand-off (a :class:`LocalReports`): ``decide_now`` wakes the
-    process's first decider loop for the keys it is given."""
+    process's first decider loop for the keys it is given, ``wake`` wakes it with none.
+
+    It also tells that loop when a report transaction is under way (``in_flight``): the
+    loop then neither polls nor settles, since its look would race the report's commit
+    (a settle answering "busy", or seeing the report's run due, then a second take for
+    the same report once its nudge arrives). The report's end wakes it instead
+    (``DeciderLoop.tick``)."""
 
     def __init__(
-        self, wakeups: Wakeups | None, decide_now: Callable[[Iterable[int] | None], None]
+        self,
+        wakeups: Wakeups | None,
+        decide_now: Callable[[Iterable[int] | None], None],
+        wake: Callable[[], None],
     ) -> None:
         self.wakeups = wakeups
         self.decide_now = decide_now
+        self.wake = wake
+        self.in_flight = 0  # report transactions begun and not yet ended
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """Around one report transaction: counted in ``in_flight``; its end, committed or
+        not, wakes the decider loop (a committed one's ``reported`` follows and marks its
+        keys)."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self.wake()
 
     def reported(self, shards: Iterable[int]) -> None:
         """A worker's report committed: the runs it touched, of keys ``shards``, are
