@@ -7,18 +7,21 @@ decision waits for it and re-queues the run — no lost wake-up, and one lock or
 everywhere), then the queue rows' deletion, then the fenced task updates. In the
 distributed layout each kind is one statement per key (a batch holding reports of
 three keys is three statements of each kind, each touching one key); on one
-PostgreSQL one statement of each kind spans the batch's keys.
+PostgreSQL one statement of each kind spans the batch's keys, and a worker's flush is
+one statement that commits on its own (:func:`write_alone`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.engine.repositories import decide_queue, queue_leases, tasks
+from legato.engine.repositories import decide_queue, queue_leases, report_write, tasks
+from legato.engine.transport.driver import DriverStatements
 from legato.schema import Shards
 
 
@@ -35,6 +38,37 @@ class Report:
     shard: int
     queue_key: tuple[str, uuid.UUID] | None = None
     only_if_unleased: bool = False
+
+
+def in_one_statement(reports: Sequence[Report], layout: Shards) -> bool:
+    """Whether a worker's flush of ``reports`` can be one statement committed on its own
+    (:func:`write_alone`, pure): on one PostgreSQL, when each report's queue row goes
+    whoever holds it and every move leaves the same states (a worker's reports do)."""
+    return (
+        not layout.distributed
+        and not any(r.only_if_unleased for r in reports)
+        and len({frozenset(r.move.from_states) for r in reports}) == 1
+    )
+
+
+async def write_alone(
+    driver: DriverStatements,
+    reports: Sequence[Report],
+    reason: str,
+    layout: Shards,
+    on_connection: Callable[[asyncpg.Connection], None] | None = None,
+) -> int:
+    """:func:`apply_reports` as one statement that commits on its own, on the asyncpg
+    driver path (``repositories.report_write``): for reports :func:`in_one_statement`
+    accepts. Returns how many were not stale."""
+    queue_keys = [(r.shard, *r.queue_key) for r in reports if r.queue_key]
+    moves = [r.move for r in reports]
+    sources = moves[0].from_states
+    return len(
+        await report_write.write(
+            driver, layout.count, queue_keys, moves, sources, reason, on_connection
+        )
+    )
 
 
 def by_shard(reports: Sequence[Report]) -> dict[int, list[Report]]:

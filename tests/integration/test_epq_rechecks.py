@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import pytest_asyncio
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from legato.engine.repositories import (
@@ -37,6 +37,7 @@ from legato.engine.repositories import (
     outbox,
     queue_leases,
     rate_limits,
+    report_write,
     run_events,
     runs,
     schedules,
@@ -44,6 +45,7 @@ from legato.engine.repositories import (
     tasks,
     timers,
 )
+from legato.engine.repositories.precompiled import execute_in
 from legato.schema import (
     DEFAULT_SHARD_COUNT,
     CatchUp,
@@ -601,3 +603,32 @@ async def test_decision_writes(engine: AsyncEngine) -> None:
     # The move applied to the committed version of the row: the recheck happened.
     assert rows[task_id][0] is TaskState.CANCELLED and rows[task_id][1] is not None
     assert rows[new_id][0] is TaskState.QUEUED and rows[new_id][1] is None
+
+
+async def test_report_write(engine: AsyncEngine) -> None:
+    """A worker's report flush in one statement (``report_write.statement``, committed on
+    its own in production): its task update rechecked against the committed row."""
+    run_id, task_id = await _attempt(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Tasks.table).where(Tasks.id == task_id).values(state=TaskState.RUNNING)
+        )
+    move = tasks.Transition(run_id, task_id, None, TaskState.COMPLETED, output=7)
+    params = report_write.statement_params(
+        SHARDS.count, [(KEY, "default", task_id)], [move], [TaskState.RUNNING], "test"
+    )
+    applied = await _with_recheck(
+        engine,
+        f"UPDATE legato.tasks SET started_at = now() WHERE id = '{task_id}'",
+        lambda conn: execute_in(conn, report_write.statement(), params),
+        paused=None,
+    )
+    assert [row[0] for row in applied] == [task_id]
+    async with engine.connect() as conn:
+        state, started_at = (
+            await conn.execute(select(Tasks.state, Tasks.started_at).where(Tasks.id == task_id))
+        ).one()
+        queued = (await conn.execute(select(TaskQueue.task_id))).all()
+    # The move applied to the committed version of the row: the recheck happened.
+    assert state is TaskState.COMPLETED and started_at is not None
+    assert queued == []

@@ -10,12 +10,14 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import pytest
 import pytest_asyncio
 from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, Runtime, TaskContext, TaskState, task, workflow
 from legato.engine.loops.worker import Worker
+from legato.engine.transport.handoff import ReportsToDecider
 from legato.engine.transport.wakeups import Wakeups
 from legato.schema import TaskQueue, Tasks
 from tests.helpers import eventually
@@ -268,6 +270,48 @@ async def test_an_absorbed_notification_is_dropped_once(engine: AsyncEngine) -> 
         await eventually(lambda: "third" in heard, "the third notification")
         assert heard == ["second", "third"]
         assert woken.is_set()
+    finally:
+        await wakeups.close()
+
+
+@pytest.mark.parametrize("when", ["under way", "ended while settling", "ended before"])
+async def test_a_decider_falling_asleep_keeps_only_the_absorbs_of_reports_that_may_notify(
+    engine: AsyncEngine, when: str
+) -> None:
+    """A report written as one statement absorbs its NOTIFY before it is sent, and may
+    wait on the sleep flags' locks while the decider's gate sets them, then notify: when
+    that decider forgets the absorbs of reports that sent none, the absorb of a report
+    under way, or that ended while the gate looked, must stay, or its NOTIFY wakes the
+    decider a second time. One that ended before the gate looked is forgotten."""
+    wakeups = Wakeups(engine)
+    heard: list[str] = []
+    channel = "legato_test_keep"
+    reports = ReportsToDecider(wakeups, lambda keys: None, lambda: None)
+    try:
+        await wakeups.subscribe(channel, heard.append)
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            pid = driver.get_server_pid()
+            if when == "under way":
+                with reports.committing() as absorbed, reports.settling():
+                    absorbed.append(reports.absorb_backend(pid, channel))
+                    wakeups.forget_absorbed(channel, reports.absorbs_to_keep())
+            elif when == "ended while settling":
+                with reports.settling():
+                    with reports.committing() as absorbed:
+                        absorbed.append(reports.absorb_backend(pid, channel))
+                    wakeups.forget_absorbed(channel, reports.absorbs_to_keep())
+            else:
+                with reports.committing() as absorbed:
+                    absorbed.append(reports.absorb_backend(pid, channel))
+                with reports.settling():
+                    wakeups.forget_absorbed(channel, reports.absorbs_to_keep())
+            for payload in ("report", "next"):
+                await conn.execute(select(func.pg_notify(channel, payload)))
+                await conn.commit()
+        await eventually(lambda: "next" in heard, "the next notification")
+        assert heard == (["report", "next"] if when == "ended before" else ["next"])
     finally:
         await wakeups.close()
 

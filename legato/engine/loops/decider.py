@@ -25,6 +25,7 @@ What a batch does (lock, load, ``decide()``, its actions as rows, one write) is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -228,13 +229,21 @@ class DeciderLoop(Loop):
         report of this process's worker is being written and no key is marked, it
         neither polls nor settles: the report's end wakes it, and the take it then makes
         covers the report's runs (``ReportsToDecider``)."""
+        # Every wake-up's cause is state this tick reads (the marked keys, the reports
+        # under way, the poll clock): one that came while the last tick ran is answered
+        # here, and left set it would end the next sleep at once for an empty take.
+        if self._wake is not None:
+            self._wake.clear()
         if self._awaits_local_report():
             return False
         if await self._take_dirty():
             return True
-        return not self._awaits_local_report() and await self.sleep_gate.keep_ticking(
-            self.held.held(), self._sleep, self.decided, self._since(EVERY_HELD_KEY)
-        )
+        if self._awaits_local_report():
+            return False
+        with self.local_reports.settling() if self.local_reports else contextlib.nullcontext():
+            return await self.sleep_gate.keep_ticking(
+                self.held.held(), self._sleep, self.decided, self._since(EVERY_HELD_KEY)
+            )
 
     def _awaits_local_report(self) -> bool:
         reports = self.local_reports
@@ -242,7 +251,9 @@ class DeciderLoop(Loop):
 
     def _forget_absorbed(self) -> None:
         if self._wakeups is not None:
-            self._wakeups.forget_absorbed(self._decide_channel)
+            reports = self.local_reports
+            kept = reports.absorbs_to_keep() if reports is not None else []
+            self._wakeups.forget_absorbed(self._decide_channel, kept)
 
     async def _take_dirty(self) -> bool:
         """One take per dirty held key (distributed layout, each key's batch in its own

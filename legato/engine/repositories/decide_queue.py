@@ -96,16 +96,22 @@ async def enqueue_held(
     takes its run's key, computed from its id (``params.run_shard``), and the rows go in
     (key, run id) order — the order per-key upserts in ascending keys take, so the
     lock order is the same in both layouts. Primary key (shard, run_id)."""
-    ordered = sorted(set(run_ids))
-    if ordered:
-        params: dict[str, object] = {
-            SHARD_COUNT_PARAM: count,
-            "run_ids": ordered,
-            "reason": reason,
-        }
+    params = enqueued_held_params(count, run_ids, reason)
+    if params["run_ids"]:
         if available_at is not None:
             params["available_at"] = available_at
-        await execute_in(conn, _enqueue_statement(available_at is not None, True), params)
+        await execute_in(conn, enqueued_held(available_at is not None), params)
+
+
+def enqueued_held(timed: bool = False) -> Insert:
+    """:func:`enqueue_held`'s upsert (also the first part of ``report_write``'s statement),
+    bound by :func:`enqueued_held_params`; with ``timed``, also ``available_at``."""
+    return _enqueue_statement(timed, True)
+
+
+def enqueued_held_params(count: int, run_ids: Iterable[uuid.UUID], reason: str) -> dict[str, Any]:
+    """The parameters of :func:`enqueued_held`: the runs in id order, each once."""
+    return {SHARD_COUNT_PARAM: count, "run_ids": sorted(set(run_ids)), "reason": reason}
 
 
 @cache

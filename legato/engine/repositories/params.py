@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import HasPrefixes, TableValuedAlias
+from sqlalchemy.sql.selectable import CTE, HasPrefixes, TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
 from legato.schema.tables import TableColumns
@@ -248,6 +248,15 @@ def run_shard(run_id: ColumnElement[uuid.UUID]) -> ColumnElement[int]:
         func.get_byte(func.uuid_send(run_id), 15)
     )
     return cast(low.op("%")(bindparam(SHARD_COUNT_PARAM, type_=Integer())), SmallInteger())
+
+
+def after(part: CTE) -> ColumnElement[bool]:
+    """A condition, always true, that makes a statement's part run only once the
+    data-modifying CTE ``part`` has run to its end: ``(SELECT count(*) FROM part) >= 0``,
+    an uncorrelated subquery PostgreSQL evaluates once, before the part that holds it
+    scans its first row (an InitPlan), reading ``part`` to its end. So one statement's
+    parts lock their rows in the order a transaction's statements would."""
+    return select(func.count()).select_from(part).scalar_subquery() >= 0
 
 
 def spanning_params(keys: Sequence[int], count: int) -> dict[str, Any]:

@@ -17,10 +17,10 @@ runs them as autocommit statements straight on the pooled connection.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ARRAY, Boolean
 from sqlalchemy.engine import Dialect
@@ -44,6 +44,20 @@ class Compiled:
 
 
 _GIVEN = object()
+
+
+class Autocommits(Protocol):
+    """What runs a statement as one autocommit statement on a pooled driver connection
+    (``legato.engine.transport.driver.DriverStatements``, given by the caller: the
+    repositories stand below the transport), ``on_connection`` getting that connection
+    before the statement is sent."""
+
+    async def execute(
+        self,
+        statement: Executable,
+        params: dict[str, Any],
+        on_connection: Callable[[Any], None] | None = None,
+    ) -> Sequence[Sequence[Any]]: ...
 
 
 async def execute_in(

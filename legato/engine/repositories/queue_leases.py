@@ -205,14 +205,21 @@ async def remove_held(
     own key (``shard = ANY`` over the flush's keys with the queues and task ids). Primary
     key."""
     if keys:
-        await execute_in(
-            conn,
-            _removal(True, unleased),
-            {
-                SHARDS_PARAM: sorted({shard for shard, _, _ in keys}),
-                **_removed([(queue, task_id) for _, queue, task_id in keys]),
-            },
-        )
+        await execute_in(conn, removal_held(unleased), removal_held_params(keys))
+
+
+def removal_held(unleased: bool = False) -> Delete:
+    """:func:`remove_held`'s statement (also a part of ``report_write``'s), bound by
+    :func:`removal_held_params`."""
+    return _removal(True, unleased)
+
+
+def removal_held_params(keys: Sequence[tuple[int, str, uuid.UUID]]) -> dict[str, Any]:
+    """The parameters of :func:`removal_held` for rows (shard, queue, task_id)."""
+    return {
+        SHARDS_PARAM: sorted({shard for shard, _, _ in keys}),
+        **_removed([(queue, task_id) for _, queue, task_id in keys]),
+    }
 
 
 def _removed(keys: Sequence[tuple[str, uuid.UUID]]) -> dict[str, Any]:

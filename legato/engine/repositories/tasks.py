@@ -332,7 +332,7 @@ async def transition_many_held(
     (shard, run_id, id) serves each row as in :func:`transition_many`."""
     applied: dict[uuid.UUID, str | None] = {}
     for sources, group in _by_source(moves).items():
-        params = {**_moves_params(group, sources), SHARD_COUNT_PARAM: count}
+        params = moved_held_params(count, group, sources)
         applied.update((row[0], row[1]) for row in await execute_in(conn, moved(True), params))
     return applied
 
@@ -350,6 +350,14 @@ def moved_params(
     """The parameters of :func:`moved` for ``moves`` of key ``shard`` that all leave one
     of ``sources``."""
     return {**_moves_params(moves, sources), SHARD_PARAM: shard}
+
+
+def moved_held_params(
+    count: int, moves: Sequence[Transition], sources: Collection[TaskState]
+) -> dict[str, Any]:
+    """The parameters of ``moved(spanning=True)`` for ``moves`` of runs of any key (the
+    installation has ``count`` keys) that all leave one of ``sources``."""
+    return {**_moves_params(moves, sources), SHARD_COUNT_PARAM: count}
 
 
 def _moves_params(moves: Sequence[Transition], sources: Collection[TaskState]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ cast in SQL; the statement's own constants are converted once):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -66,15 +67,21 @@ class DriverStatements:
         first executed: what it sends, for diagnostics and the single-key statement test."""
         return [compiled.sql for compiled in self._compiled.values()]
 
-    async def execute(self, statement: Executable, params: dict[str, Any]) -> list[asyncpg.Record]:
+    async def execute(
+        self,
+        statement: Executable,
+        params: dict[str, Any],
+        on_connection: Callable[[asyncpg.Connection], None] | None = None,
+    ) -> list[asyncpg.Record]:
         """Execute ``statement`` with ``params`` as one autocommit statement; its rows
-        as the driver returns them."""
+        as the driver returns them. ``on_connection`` is given the driver connection the
+        statement is about to be sent on (again, should that one prove dead)."""
         compiled = self._compile(statement)
         args = compiled.args(params)
         while True:
             fairy = await self._checkout()
             try:
-                return await self._run(fairy, compiled, args, params)
+                return await self._run(fairy, compiled, args, params, on_connection)
             except _Unsent:
                 # The server closed it while it idled in the pool: drop it, take the next.
                 await greenlet_spawn(fairy.invalidate)
@@ -95,10 +102,13 @@ class DriverStatements:
         compiled: Compiled,
         args: list[Any],
         params: dict[str, Any],
+        on_connection: Callable[[asyncpg.Connection], None] | None,
     ) -> list[asyncpg.Record]:
         driver: asyncpg.Connection = fairy.driver_connection
         if driver.is_closed():
             raise _Unsent
+        if on_connection is not None:
+            on_connection(driver)
         try:
             rows: list[asyncpg.Record] = await driver.fetch(compiled.sql, *args)
         except asyncpg.InternalClientError as error:

@@ -65,8 +65,9 @@ class LocalReports(Protocol):
     """What the local worker needs of the hand-off: its committed reports wake the local
     decider in memory, and it drops its own copy of their decide NOTIFY."""
 
-    def committing(self) -> contextlib.AbstractContextManager[None]: ...
+    def committing(self) -> contextlib.AbstractContextManager[list[Absorbed]]: ...
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed: ...
+    def absorb_backend(self, pid: int, channel: str) -> Absorbed: ...
     def unabsorb(self, absorbed: Absorbed) -> None: ...
     def reported(self, shards: Iterable[int]) -> None: ...
 
@@ -94,7 +95,16 @@ async def absorb(
         return None
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None  # the connection is checked out: it has its driver's
-    pid = int(driver.get_server_pid())  # asyncpg's, no round trip
+    return absorb_backend(wakeups, int(driver.get_server_pid()), channel, payload)
+
+
+def absorb_backend(
+    wakeups: Wakeups | None, pid: int, channel: str, payload: str | None = None
+) -> Absorbed:
+    """:func:`absorb` for the server backend ``pid`` (asyncpg's ``get_server_pid()``, no
+    round trip): the connection of a statement that commits on its own."""
+    if wakeups is None:
+        return None
     wakeups.absorb(channel, pid, payload)
     return channel, pid, payload
 
@@ -123,18 +133,54 @@ class ReportsToDecider:
         self.wakeups = wakeups
         self.decide_now = decide_now
         self.wake = wake
-        self.in_flight = 0  # report transactions begun and not yet ended
+        # Per report under way, what its decide NOTIFY absorb registered.
+        self._under_way: list[list[Absorbed]] = []
+        # While the decider's sleep gate looks (None otherwise): the absorbs of the
+        # reports that ended meanwhile.
+        self._ended_while_settling: list[Absorbed] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Report writes begun and not yet ended."""
+        return len(self._under_way)
 
     @contextlib.contextmanager
-    def committing(self) -> Iterator[None]:
-        """Around one report transaction: counted in ``in_flight``; its end, committed or
-        not, wakes the decider loop (a committed one's ``reported`` follows and marks its
-        keys)."""
-        self.in_flight += 1
+    def settling(self) -> Iterator[None]:
+        """Around the decider's sleep gate: what :meth:`absorbs_to_keep` answers in it."""
+        self._ended_while_settling = []
         try:
             yield
         finally:
-            self.in_flight -= 1
+            self._ended_while_settling = None
+
+    def absorbs_to_keep(self) -> list[tuple[str, int, str | None]]:
+        """The absorbs a decider that just set its sleep flags keeps: those of the reports
+        under way, or that ended while it set them. A report whose write waited on the
+        flags' locks notifies once they are set, and its end can come before the gate's
+        answer reaches the decider. (One that ended there without notifying, because its
+        run's decide row was backing off, keeps an absorb that may drop one later
+        NOTIFY from its pooled backend: that wake-up then waits for the poll.)"""
+        ended = self._ended_while_settling or []
+        absorbed = [each for report in self._under_way for each in report] + ended
+        return [each for each in absorbed if each is not None]
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[list[Absorbed]]:
+        """Around one report write: counted in ``in_flight``; yields the list its absorbs
+        go in, given back if the write fails. Its end, committed or not, wakes the decider
+        loop (a committed one's ``reported`` follows and marks its keys)."""
+        absorbed: list[Absorbed] = []
+        self._under_way.append(absorbed)
+        try:
+            yield absorbed
+        except BaseException:
+            for each in absorbed:
+                self.unabsorb(each)
+            raise
+        finally:
+            self._under_way.remove(absorbed)
+            if self._ended_while_settling is not None:
+                self._ended_while_settling += absorbed
             self.wake()
 
     def reported(self, shards: Iterable[int]) -> None:
@@ -144,6 +190,9 @@ class ReportsToDecider:
 
     async def absorb(self, conn: AsyncConnection, channel: str) -> Absorbed:
         return await absorb(self.wakeups, conn, channel)
+
+    def absorb_backend(self, pid: int, channel: str) -> Absorbed:
+        return absorb_backend(self.wakeups, pid, channel)
 
     def unabsorb(self, absorbed: Absorbed) -> None:
         unabsorb(self.wakeups, absorbed)

@@ -158,19 +158,28 @@ class Wakeups:
             # Forgetting one whose commit is still to come costs a loop an empty tick.
             self._forget_absorbed(missing)
 
-    def forget_absorbed(self, channel: str) -> None:
-        """Forget every notification absorbed on ``channel`` (a decider whose sleep flags
-        were just set: a report flush that committed before sent its NOTIFY already, or
-        none because that decider was awake, and the latter's absorb would drop the next
-        writer's NOTIFY from its pooled backend, the one that ends this sleep). One
-        forgotten while its notification is still on the way costs the loop an empty
-        tick."""
-        self._forget_absorbed([channel])
+    def forget_absorbed(
+        self, channel: str, keep: Iterable[tuple[str, int, str | None]] = ()
+    ) -> None:
+        """Forget every notification absorbed on ``channel`` but those in ``keep`` (a
+        decider whose sleep flags were just set: a report flush that committed before sent
+        its NOTIFY already, or none because that decider was awake, and the latter's
+        absorb would drop the next writer's NOTIFY from its pooled backend, the one that
+        ends this sleep; ``keep``: the absorbs of flushes still under way, which may yet
+        notify now that the flags are set). One forgotten while its notification is still
+        on the way costs the loop an empty tick."""
+        self._forget_absorbed([channel], keep)
 
-    def _forget_absorbed(self, channels: Iterable[str]) -> None:
+    def _forget_absorbed(
+        self, channels: Iterable[str], keep: Iterable[tuple[str, int, str | None]] = ()
+    ) -> None:
         forgotten = set(channels)
+        kept = Counter(keep)
         for key in [key for key in self._absorbed if key[0] in forgotten]:
-            del self._absorbed[key]
+            if kept[key]:
+                self._absorbed[key] = min(self._absorbed[key], kept[key])
+            else:
+                del self._absorbed[key]
 
     async def _drop(self) -> None:
         if self._conn is not None:
