@@ -212,6 +212,11 @@ ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
         )
         for where in ("", ", one process")
     ),
+    (
+        "bare INSERT commit p50 beside the wake, one process (ms)",
+        ("wake", "bare INSERT commit p50, one process"),
+        ("", ""),
+    ),
     *(
         (
             f"{what} p50 / bare p50{where} (x)",
@@ -221,10 +226,13 @@ ROWS: list[tuple[str, tuple[str, str], tuple[str, str]]] = [
         for what in ("signal -> next task", "start -> first task")
         for where in ("", ", one process")
     ),
-    (
-        "bare INSERT commit p50, spaced (ms)",
-        ("wake", "bare INSERT commit p50, spaced as the samples"),
-        ("", ""),
+    *(
+        (
+            f"bare INSERT commit p50, spaced{where} (ms)",
+            ("wake", f"bare INSERT commit p50, spaced as the samples{where}"),
+            ("", ""),
+        )
+        for where in ("", ", one process")
     ),
     *(
         (

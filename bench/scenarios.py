@@ -581,15 +581,21 @@ async def _wake_layout(server: Server, opts: Options, one_process: bool) -> list
     spaced_floor = percentile(spaced, 50)
     if not one_process:
         figures += bare_figures("wake", commits)
+    else:  # the denominators of this layout's ratios, measured beside it
         figures.append(
             Figure(
-                "wake",
-                SPACED_BARE,
-                spaced_floor,
-                "ms",
-                {"commits": len(spaced), "spacing_ms": WAKE_SPACING * 1000},
+                "wake", f"bare INSERT commit p50{suffix}", floor, "ms", {"commits": len(commits)}
             )
         )
+    figures.append(
+        Figure(
+            "wake",
+            f"{SPACED_BARE}{suffix}",
+            spaced_floor,
+            "ms",
+            {"commits": len(spaced), "spacing_ms": WAKE_SPACING * 1000},
+        )
+    )
     for label, samples in (("signal -> next task", after), ("start -> first task", first)):
         p50 = percentile(samples, 50)
         figures.append(multiple("wake", f"{label} p50 / bare commit p50{suffix}", p50, floor))
