@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from legato.engine.repositories import decide_queue, queue_leases, report_write, tasks
 from legato.engine.transport.driver import DriverStatements
+from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.schema import Shards
 
 
@@ -69,6 +70,37 @@ async def write_alone(
             driver, layout.count, queue_keys, moves, sources, reason, on_connection
         )
     )
+
+
+async def write_flush(
+    driver: DriverStatements,
+    batch: Sequence[Report],
+    layout: Shards,
+    local: LocalReports | None,
+    decide_channel: str,
+    absorbed: list[Absorbed],
+) -> None:
+    """A worker's flush of ``batch``: one statement committed on its own where it can be
+    (:func:`in_one_statement`: one round trip), else :func:`apply_reports` in one
+    transaction. With a decider in the process (``local``), ``absorbed`` gets what the
+    write's NOTIFY absorb on ``decide_channel`` registered: the worker nudges that
+    decider in memory instead (``ReportsToDecider.committing`` gives the absorb back if
+    the write fails)."""
+    if in_one_statement(batch, layout):
+
+        def absorb(connection: asyncpg.Connection) -> None:
+            if local is not None:  # on the connection the statement goes out on
+                for stale in absorbed:
+                    local.unabsorb(stale)
+                pid = int(connection.get_server_pid())
+                absorbed[:] = [local.absorb_backend(pid, decide_channel)]
+
+        await write_alone(driver, batch, "task finished", layout, absorb)
+        return
+    async with driver.engine.begin() as conn:
+        await apply_reports(conn, batch, "task finished", layout=layout)
+        if local is not None:
+            absorbed.append(await local.absorb(conn, decide_channel))
 
 
 def by_shard(reports: Sequence[Report]) -> dict[int, list[Report]]:

@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.arguments import check_bytes, check_count
@@ -50,7 +49,7 @@ from legato.engine.loops.worker_attempts import (
 )
 from legato.engine.loops.worker_leases import extend_leases, keep_leases
 from legato.engine.progress_writer import with_progress
-from legato.engine.reports import Report, apply_reports, in_one_statement, write_alone
+from legato.engine.reports import Report, write_flush
 from legato.engine.repositories import fair_claims, notify, queue_leases, task_queue, tasks
 from legato.engine.transport.driver import DriverStatements
 from legato.engine.transport.handoff import Absorbed, LocalReports
@@ -111,7 +110,7 @@ class Worker(Loop):
         check_count("concurrency", concurrency)
         self.max_output_bytes = check_bytes("max_output_bytes", max_output_bytes)
         self.engine = engine
-        # A flush that is one statement goes out on the driver path (reports.write_alone).
+        # A flush that is one statement goes out on the driver path (reports.write_flush).
         self._driver = DriverStatements(engine)
         self.app = app
         self.queues = queues
@@ -378,8 +377,8 @@ class Worker(Loop):
         return len(self._reports) < min(self.concurrency, len(self._inflight))
 
     async def flush(self) -> bool:
-        """Write buffered reports in one transaction; keep them if the database fails
-        (and say whether it worked)."""
+        """Write buffered reports (``reports.write_flush``); keep them if the database
+        fails (and say whether it worked)."""
         if not self._reports:
             return True
         batch, self._reports = self._reports, []
@@ -387,7 +386,8 @@ class Worker(Loop):
         writing = self.reports.committing() if self.reports else contextlib.nullcontext(no_absorbs)
         try:
             with writing as absorbed:
-                await self._write(batch, absorbed)
+                channel, local = self._decide_channel, self.reports
+                await write_flush(self._driver, batch, self.shards, local, channel, absorbed)
         except Exception as error:
             self._reports = batch + self._reports
             if not is_database_error(error):
@@ -408,29 +408,6 @@ class Worker(Loop):
             self._report_backoff = 0.0
         self._finished([report.move.task_id for report in batch], {r.shard for r in batch})
         return True
-
-    async def _write(self, batch: list[Report], absorbed: list[Absorbed]) -> None:
-        """Write ``batch``: one statement committed on its own where it can be
-        (``reports.in_one_statement``: one round trip), else one transaction. With a
-        local decider, ``absorbed`` gets what the write's decide NOTIFY absorb registered
-        (``_finished`` nudges that decider instead; ``ReportsToDecider.committing`` gives
-        it back if the write fails)."""
-        reports = self.reports
-        if in_one_statement(batch, self.shards):
-
-            def absorb(driver: asyncpg.Connection) -> None:
-                if reports is not None:  # on the connection the statement goes out on
-                    for stale in absorbed:
-                        reports.unabsorb(stale)
-                    pid = int(driver.get_server_pid())
-                    absorbed[:] = [reports.absorb_backend(pid, self._decide_channel)]
-
-            await write_alone(self._driver, batch, "task finished", self.shards, absorb)
-            return
-        async with self.engine.begin() as conn:
-            await apply_reports(conn, batch, "task finished", layout=self.shards)
-            if reports is not None:
-                absorbed.append(await reports.absorb(conn, self._decide_channel))
 
     def _finished(self, task_ids: list[uuid.UUID], shards: set[int]) -> None:
         """Free the slots of attempts whose outcome is committed (runs of keys ``shards``)."""
