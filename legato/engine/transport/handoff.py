@@ -176,6 +176,7 @@ class ReportsToDecider:
         except BaseException:
             for each in absorbed:
                 self.unabsorb(each)
+            absorbed.clear()
             raise
         finally:
             self._under_way.remove(absorbed)
