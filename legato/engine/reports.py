@@ -87,13 +87,16 @@ async def write_flush(
     decider in memory instead (``ReportsToDecider.committing`` gives the absorb back if
     the write fails)."""
     if in_one_statement(batch, layout):
+        if local is None:
+            await write_alone(driver, batch, "task finished", layout)
+            return
 
         def absorb(connection: asyncpg.Connection) -> None:
-            if local is not None:  # on the connection the statement goes out on
-                for stale in absorbed:
-                    local.unabsorb(stale)
-                pid = int(connection.get_server_pid())
-                absorbed[:] = [local.absorb_backend(pid, decide_channel)]
+            # On the connection the statement goes out on (the next, if that one is dead).
+            for stale in absorbed:
+                local.unabsorb(stale)
+            pid = int(connection.get_server_pid())
+            absorbed[:] = [local.absorb_backend(pid, decide_channel)]
 
         await write_alone(driver, batch, "task finished", layout, absorb)
         return
