@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from sqlalchemy import event, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, workflow
-from legato.engine.loops.decider import DeciderLoop, Floors, taken_floor
+from legato.engine.loops.decider import DeciderLoop
 from legato.engine.transport.wakeups import Wakeups, payload_shard
 from legato.schema import DEFAULT_SHARD_COUNT, DecideQueue, Shards, Tasks
 from tests.helpers import eventually
@@ -241,22 +241,3 @@ async def test_a_distributed_take_starts_at_its_keys_floor(engine: AsyncEngine) 
         decider.decide_now([3])
         await decider.tick()
         assert late in await _decided(engine)
-
-
-def test_a_scopes_floor_lapses_after_a_poll_interval_without_a_look_from_the_oldest_row() -> None:
-    floors = Floors()
-    oldest = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
-    assert floors.since(3, now=100.0, poll_interval=5.0) is None  # never looked
-    floors.look(3, None, oldest, now=100.0)
-    assert floors.since(3, now=104.0, poll_interval=5.0) == taken_floor(oldest)
-    assert floors.since(5, now=104.0, poll_interval=5.0) is None  # another scope
-    floors.look(3, taken_floor(oldest), oldest + timedelta(seconds=30), now=104.0)
-    assert floors.since(3, now=104.5, poll_interval=5.0) == taken_floor(
-        oldest + timedelta(seconds=30)
-    )
-    assert floors.since(3, now=105.0, poll_interval=5.0) is None  # five seconds on
-
-
-def test_the_floor_is_a_second_before_the_oldest_row_taken() -> None:
-    oldest = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
-    assert taken_floor(oldest) == oldest - timedelta(seconds=1)

@@ -23,6 +23,7 @@ from legato.db.server_check import check_database
 from legato.engine.loops.lease_sweeper import LeaseSweeper
 from legato.engine.loops.worker import Worker
 from legato.engine.loops.worker_attempts import report_of
+from legato.engine.loops.worker_claims import WorkerClaims
 from legato.engine.repositories import notify, task_queue
 from legato.schema import (
     DecideQueue,
@@ -271,3 +272,84 @@ async def test_the_sweeper_frees_an_expired_lease_only_in_held_keys(engine: Asyn
     assert states[task_ids[1]] is TaskState.TIMED_OUT
     assert states[task_ids[0]] is TaskState.RUNNING  # key 0 is not this sweeper's
     assert await _queue_rows(engine) == {task_ids[0]: "gone"}
+
+
+async def _give_back(engine: AsyncEngine, task_id: uuid.UUID) -> None:
+    """End ``task_id``'s lease as a lease given back does (the row keeps its place in the
+    queue), stamped a minute ago: a row that appears below a claim's floor."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(TaskQueue.table)
+            .where(TaskQueue.task_id == task_id)
+            .values(
+                lease_owner=None,
+                lease_expires_at=None,
+                available_at=datetime.now(UTC) - timedelta(minutes=1),
+            )
+        )
+
+
+async def _lease_to_another(engine: AsyncEngine, task_id: uuid.UUID) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(TaskQueue.table)
+            .where(TaskQueue.task_id == task_id)
+            .values(lease_owner="another", lease_expires_at=datetime.now(UTC) + timedelta(hours=1))
+        )
+
+
+@pytest.mark.parametrize("distributed", [True, False], ids=["distributed", "single-node"])
+async def test_a_claim_starts_from_the_floor_its_last_claim_with_slots_left_free_set(
+    engine: AsyncEngine, distributed: bool
+) -> None:
+    """After a claim that filled fewer slots than it had (so it took every row it could
+    see), the worker's next claims of that queue start a second before the oldest row it
+    returned: the dead entries a held snapshot keeps below are skipped on the index. A
+    row that appears below the floor (a lease given back) waits for the claim from the
+    oldest row the worker makes once per poll interval (the next test)."""
+    shards = replace(await _shards(engine), distributed=distributed)
+    keys = [2] if distributed else [2, 5]
+    await _queued(engine, shards, [2, 2])
+    given_back, taken = sorted(await _queue_rows(engine))
+    await _lease_to_another(engine, given_back)
+    claims = WorkerClaims(engine, app, ["default"], shards, "floored", timedelta(minutes=1), 600)
+    assert [c.task_id for c in await claims.claim(keys, "default", 10)] == [taken]
+    await _give_back(engine, given_back)
+    assert await claims.claim(keys, "default", 10) == []  # below the floor
+    # The same keys in another order (the dirty key first) share the floor.
+    assert await claims.claim(keys[::-1], "default", 10) == []
+    fresh = WorkerClaims(engine, app, ["default"], shards, "fresh", timedelta(minutes=1), 600)
+    assert [c.task_id for c in await fresh.claim(keys, "default", 10)] == [given_back]
+
+
+async def test_a_claim_that_fills_every_slot_sets_no_floor(engine: AsyncEngine) -> None:
+    """A full claim took the best rows, highest priority first: lower-priority rows
+    older than those may wait, so it moves no floor, and the next claim still sees a row
+    stamped a minute ago."""
+    shards = await _shards(engine)
+    await _queued(engine, shards, [2, 2])
+    first, second = sorted(await _queue_rows(engine))
+    claims = WorkerClaims(engine, app, ["default"], shards, "full", timedelta(minutes=1), 600)
+    assert [c.task_id for c in await claims.claim([2], "default", 1)] == [first]
+    await _give_back(engine, second)
+    assert [c.task_id for c in await claims.claim([2], "default", 1)] == [second]
+
+
+async def test_a_lease_given_back_below_the_floor_is_claimed_within_a_poll_interval(
+    engine: AsyncEngine,
+) -> None:
+    """The worker's claim from the oldest row, once per poll interval, takes what appeared
+    below its floor."""
+    shards = await _shards(engine)
+    await _queued(engine, shards, [2, 2])
+    given_back, taken = sorted(await _queue_rows(engine))
+    await _lease_to_another(engine, given_back)
+    worker = Worker(engine, app, shards=shards, held=Held([2]), poll_interval=0.2)
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(lambda: _done(engine, taken), "the first attempt to be run")
+        await _give_back(engine, given_back)
+        await eventually(lambda: _done(engine, given_back), "the given-back attempt to be run")
+    finally:
+        worker.stop()
+        await running

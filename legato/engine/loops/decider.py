@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from legato.engine import hooks
 from legato.engine.decider.backoff import exponential
 from legato.engine.fair_keys import FairKeys
+from legato.engine.floors import Floors
 from legato.engine.input_check import InputChecks
 from legato.engine.loops import relay
 from legato.engine.loops.decider_sleep import SleepGate
@@ -71,50 +72,8 @@ def decision_retry_delay(failures: int, base: timedelta, cap: timedelta) -> time
     return exponential(base, failures, cap)
 
 
-# How far before the oldest row a take returned the next take looks: rows stamped by a
-# sender whose clock is a little behind, or by a transaction that began a little earlier.
-FLOOR_SLACK = timedelta(seconds=1)
-
-
-def taken_floor(oldest: datetime) -> datetime:
-    """Where later takes may start once a take returned rows due from ``oldest`` on
-    (pure). The take returns the oldest due rows it can lock, so below ``oldest`` there
-    is nothing for it but rows other deciders hold, rows not yet committed and the dead
-    rows a held snapshot keeps from vacuum, which a take from the oldest row walks (a
-    bitmap of every one of them: 7 ms for 200,000, against 0.07 ms from the floor). A
-    row stamped long before its commit (a start in a long transaction) is taken by the
-    next take from the oldest row, at least once per poll interval."""
-    return oldest - FLOOR_SLACK
-
-
 # The floors' scope of a single-node decider, whose one take spans every held key.
 EVERY_HELD_KEY = -1
-
-
-class Floors:
-    """Where a decider's takes start, per scope: a shard key in the distributed layout,
-    whose takes are one per key, or ``EVERY_HELD_KEY`` on one PostgreSQL (pure state;
-    the caller passes the clock). A scope's floor is ``taken_floor`` of the oldest row
-    its last take returned; a scope whose takes have not looked from the oldest row for
-    a poll interval gets no floor, so its next take does."""
-
-    def __init__(self) -> None:
-        self._floors: dict[int, datetime] = {}
-        self._looked_from_oldest_at: dict[int, float] = {}
-
-    def since(self, scope: int, now: float, poll_interval: float) -> datetime | None:
-        """Where the scope's next take starts (None: from the oldest row)."""
-        if now - self._looked_from_oldest_at.get(scope, -float("inf")) >= poll_interval:
-            return None
-        return self._floors.get(scope)
-
-    def look(self, scope: int, since: datetime | None, oldest: datetime | None, now: float) -> None:
-        """Record a take of the scope that started at ``since`` and returned rows due from
-        ``oldest`` on (None: it returned none)."""
-        if since is None:
-            self._looked_from_oldest_at[scope] = now
-        if oldest is not None:
-            self._floors[scope] = taken_floor(oldest)
 
 
 class DeciderLoop(Loop):
@@ -173,7 +132,7 @@ class DeciderLoop(Loop):
         self._dirty: dict[int, None] = {}
         self._all_marked_at = -float("inf")  # when every held key was last marked dirty
         # Where each take's index range starts (``taken_floor``).
-        self._floors = Floors()
+        self._floors: Floors[int] = Floors()
         # Sets the keys' sleep flags. The NOTIFY that ends a sleep must not be dropped for
         # a report flush that expected to send one while this loop was awake (and so sent
         # none): the listening loop forgets those absorbs as it falls asleep.
@@ -300,8 +259,10 @@ class DeciderLoop(Loop):
         if run_ids is not None:
             return await decide_queue.take(conn, shard, limit, run_ids)
         since = self._since(shard)
+        began = time.monotonic()
         taken = await decide_queue.take(conn, shard, limit, since=since)
-        self._floors.look(shard, since, taken.oldest, time.monotonic())
+        ended = time.monotonic()
+        self._floors.look(shard, since, taken.oldest, ended, took=ended - began)
         return taken
 
     async def _take_and_load(self, conn: AsyncConnection, keys: Sequence[int]) -> Taken:
@@ -311,8 +272,10 @@ class DeciderLoop(Loop):
         if not self.shards.distributed:
             self.takes += 1
             since = self._since(EVERY_HELD_KEY)
+            began = time.monotonic()
             taken = await decider_take.take_and_load(conn, keys, self.batch_size, since)
-            self._floors.look(EVERY_HELD_KEY, since, taken.oldest, time.monotonic())
+            ended = time.monotonic()
+            self._floors.look(EVERY_HELD_KEY, since, taken.oldest, ended, took=ended - began)
             return taken
         failures = (await self._take(conn, keys, self.batch_size)).failures
         if not failures:

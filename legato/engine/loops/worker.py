@@ -35,7 +35,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato.arguments import check_bytes, check_count
 from legato.db.schema_names import engine_schema
 from legato.engine import hooks
-from legato.engine.admission import Admission
 from legato.engine.loops.held import AllShards, HeldShards
 from legato.engine.loops.supervision import Loop, RestartPolicy, supervise
 from legato.engine.loops.worker_attempts import (
@@ -47,10 +46,11 @@ from legato.engine.loops.worker_attempts import (
     run_attempt,
     run_transactional,
 )
+from legato.engine.loops.worker_claims import WorkerClaims
 from legato.engine.loops.worker_leases import extend_leases, keep_leases
 from legato.engine.progress_writer import with_progress
 from legato.engine.reports import Report, write_flush
-from legato.engine.repositories import fair_claims, notify, queue_leases, task_queue, tasks
+from legato.engine.repositories import notify, queue_leases, task_queue, tasks
 from legato.engine.transport.driver import DriverStatements
 from legato.engine.transport.handoff import Absorbed, LocalReports
 from legato.engine.transport.wakeups import Wakeups, payloads
@@ -114,12 +114,11 @@ class Worker(Loop):
         self._driver = DriverStatements(engine)
         self.app = app
         self.queues = queues
-        self.task_names = sorted(app.tasks)
-        # Per queue: None unless the queue or a task served from it is limited (then the
-        # limited claim), else the one-statement claim.
-        self._admissions = {q: Admission.of(app, (q,), self.task_names) for q in queues}
-        # Queues a task of the app shares fairly between keys (FairShare): claimed per key.
-        self._fair = {t.queue for t in app.tasks.values() if t.fair_share} & set(queues)
+        self.worker_id = worker_id or default_worker_id()
+        self._claims = WorkerClaims(
+            engine, app, queues, shards, self.worker_id, lease, poll_interval
+        )
+        self.task_names = self._claims.task_names
         # What a local decision may hand this worker (legato.engine.transport.handoff): what it
         # claims, less what a limit admits through Admission.
         self.serves = frozenset((q, t) for q in queues for t in self.task_names)
@@ -137,7 +136,6 @@ class Worker(Loop):
         self.lease = lease
         self.flush_interval = flush_interval
         self.grace_period = grace_period
-        self.worker_id = worker_id or default_worker_id()
         self._inflight: dict[uuid.UUID, InFlight] = {}
         self._reports: list[Report] = []
         self._flush_wanted = asyncio.Event()
@@ -239,7 +237,7 @@ class Worker(Loop):
         pairs = [pair, *self._spanned_with(pair, held)]
         self._reserve(free)
         try:
-            claimed = await self._claim([shard for shard, _ in pairs], pair[1], free)
+            claimed = await self._claims.claim([shard for shard, _ in pairs], pair[1], free)
         except BaseException:
             self._dirty.update(dict.fromkeys(pairs))  # still to take
             raise
@@ -259,36 +257,11 @@ class Worker(Loop):
         one queue did before keys. A claim of the dirty keys alone left the attempts
         whose NOTIFY had not arrived yet to claims of their own."""
         first, queue = pair
-        if self.shards.distributed or self._admissions[queue] is not None or queue in self._fair:
+        if not self._claims.spans_keys(queue):
             return []
         for dirty in [dirty for dirty in self._dirty if dirty[1] == queue]:
             del self._dirty[dirty]
         return [(shard, queue) for shard in held if shard != first]
-
-    async def _claim(self, keys: list[int], queue: str, free: int) -> list[task_queue.Claimed]:
-        """Lease up to ``free`` attempts of ``queue`` in ``keys``: one key (the distributed
-        layout, a limited queue) or several in one statement."""
-        admission = self._admissions[queue]
-        if admission is not None:
-            (shard,) = keys
-            async with self.engine.begin() as conn:
-                return await admission.claim(conn, shard, queue, self.worker_id, free, self.lease)
-        # The claim is one statement, atomic on its own: no BEGIN/COMMIT round trips.
-        async with self.engine.connect() as conn:
-            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            if queue in self._fair:
-                (shard,) = keys
-                return await fair_claims.claim(
-                    autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
-                )
-            if self.shards.distributed:
-                (shard,) = keys
-                return await task_queue.claim(
-                    autocommit, shard, queue, self.task_names, self.worker_id, free, self.lease
-                )
-            return await task_queue.claim_held(
-                autocommit, keys, queue, self.task_names, self.worker_id, free, self.lease
-            )
 
     def _free(self) -> int:
         return self.concurrency - len(self._inflight) - self._reserved

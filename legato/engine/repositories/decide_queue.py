@@ -38,6 +38,7 @@ from legato.engine.repositories.params import (
     SHARD_COUNT_PARAM,
     SHARD_PARAM,
     fan_out,
+    from_floor,
     in_array,
     run_shard,
     shard_param,
@@ -220,11 +221,9 @@ def _take_statement(chosen: bool, spanning: bool) -> ReturningDelete[uuid.UUID, 
     key = in_array(DecideQueue.shard, shards_param()) if spanning else (
         DecideQueue.shard == shard_param()
     )
-    since = bindparam("since", type_=DateTime(timezone=True))
-    from_floor = func.coalesce(since, literal_column("'-infinity'::timestamptz"))
     due = select(DecideQueue.shard, DecideQueue.run_id).where(
         key,
-        DecideQueue.available_at >= from_floor,
+        DecideQueue.available_at >= from_floor(),
         DecideQueue.available_at <= func.now(),
         DecideQueue.quarantined_at.is_(None),
     )

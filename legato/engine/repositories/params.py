@@ -39,6 +39,7 @@ from sqlalchemy import (
     column,
     func,
     insert,
+    literal_column,
     select,
     update,
 )
@@ -248,6 +249,14 @@ def run_shard(run_id: ColumnElement[uuid.UUID]) -> ColumnElement[int]:
         func.get_byte(func.uuid_send(run_id), 15)
     )
     return cast(low.op("%")(bindparam(SHARD_COUNT_PARAM, type_=Integer())), SmallInteger())
+
+
+def from_floor() -> ColumnElement[Any]:
+    """Where a take's or a claim's index range starts: the parameter ``since`` (the
+    loop's floor, ``legato.engine.floors``), or minus infinity when it is None or not
+    given. A stable expression, so a generic plan bounds the index scan with it."""
+    since = bindparam("since", None, type_=DateTime(timezone=True))
+    return func.coalesce(since, literal_column("'-infinity'::timestamptz"))
 
 
 def after(part: CTE) -> ColumnElement[bool]:

@@ -42,6 +42,7 @@ from legato.engine.repositories import routed
 from legato.engine.repositories.claims import locked
 from legato.engine.repositories.params import (
     Unnest,
+    from_floor,
     in_array,
     rows_of,
     run_shard,
@@ -162,9 +163,12 @@ class Claimed:
 
 def claim_candidates(spanning: bool = False) -> Select[str, uuid.UUID]:
     """The unleased, available rows of one key and queue a claim takes, best first
-    (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``); locked by the caller.
-    ``spanning``: of any key in ``in_shards`` instead, oldest first across them.
-    ``ix_task_queue_dequeue`` (shard, queue, priority DESC, available_at)."""
+    (parameters ``in_shard``, ``in_queue``, ``task_names``, ``limit``), from the optional
+    floor ``since`` on; locked by the caller. ``spanning``: of any key in ``in_shards``
+    instead, oldest first across them. ``ix_task_queue_dequeue`` (shard, queue, priority
+    DESC, available_at): the floor is an index condition, so the entries below it (the
+    rows claimed while a snapshot is held, not yet vacuumable) are skipped on the index
+    alone, without a visit to the table for each."""
     key = (
         in_array(TaskQueue.shard, shards_param())
         if spanning
@@ -177,6 +181,7 @@ def claim_candidates(spanning: bool = False) -> Select[str, uuid.UUID]:
             TaskQueue.queue == bindparam("in_queue", type_=Text()),
             in_array(TaskQueue.task_name, text_array("task_names")),
             TaskQueue.lease_expires_at.is_(None),
+            TaskQueue.available_at >= from_floor(),
             TaskQueue.available_at <= func.now(),
         )
         .order_by(TaskQueue.priority.desc(), TaskQueue.available_at)
@@ -279,10 +284,12 @@ async def claim(
     owner: str,
     limit: int,
     lease: timedelta,
+    since: datetime | None = None,
 ) -> list[Claimed]:
     """Lease up to ``limit`` available attempts of key ``shard`` in ``queue`` whose task
     this worker knows (``task_names``), and mark them RUNNING, in one statement (worker
-    loop, once per dirty (key, queue)).
+    loop, once per dirty (key, queue)); from ``since`` on when it is given (the worker's
+    floor, docs/design.md "The worker's floor").
 
     Highest priority first, then oldest; ``FOR UPDATE SKIP LOCKED`` so workers never
     wait on each other; a worker never takes a task its code does not have (a rolling
@@ -301,6 +308,7 @@ async def claim(
             "owner": owner,
             "limit": limit,
             "lease": lease,
+            "since": since,
         },
     )
     return [Claimed(**row._asdict()) for row in result]
@@ -314,6 +322,7 @@ async def claim_held(
     owner: str,
     limit: int,
     lease: timedelta,
+    since: datetime | None = None,
 ) -> list[Claimed]:
     """:func:`claim` over every key in ``keys`` in ONE statement (worker loop of a
     single-node installation, once per dirty queue over its dirty held keys): the best
@@ -331,6 +340,7 @@ async def claim_held(
             "owner": owner,
             "limit": limit,
             "lease": lease,
+            "since": since,
         },
     )
     return [Claimed(**row._asdict()) for row in result]
@@ -423,5 +433,3 @@ def _given_rows() -> Any:
 @cache
 def _lease_given_statement() -> _LeaseReturning:
     return _lease_statement(_given_rows())
-
-
