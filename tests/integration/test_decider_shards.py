@@ -132,7 +132,7 @@ def takes(engine: AsyncEngine) -> Iterator[list[str]]:
     sent: list[str] = []
 
     def statement(_conn: Any, _cursor: Any, text: str, *_: Any) -> None:
-        if "DELETE FROM legato.decide_queue" in text or "decider_take_v1" in text:
+        if "DELETE FROM legato.decide_queue" in text or "decider_take_v2" in text:
             sent.append(text)
 
     event.listen(engine.sync_engine, "before_cursor_execute", statement)

@@ -63,7 +63,7 @@ def round_trips(engine: AsyncEngine) -> Iterator[list[str]]:
 
 
 async def test_a_wake_decision_is_four_round_trips(engine: AsyncEngine) -> None:
-    """BEGIN, the take with its lock and snapshot (one call of ``decider_take_v1``), the
+    """BEGIN, the take with its lock and snapshot (one call of ``decider_take_v2``), the
     writes, COMMIT: the signalled run's wait resolves, its next task is enqueued, and
     the workers hear of it. The signal's NOTIFY names the run's key, so the tick takes
     from that key alone."""
@@ -97,7 +97,7 @@ async def test_a_wake_decision_is_four_round_trips(engine: AsyncEngine) -> None:
     assert queued == ["greet"] and all(consumed)
     decision, after = sent[: sent.index("COMMIT") + 1], sent[sent.index("COMMIT") + 1 :]
     assert len(decision) == 4, decision
-    assert decision[0] == "BEGIN" and "decider_take_v1" in decision[1]
+    assert decision[0] == "BEGIN" and "decider_take_v2" in decision[1]
     # Then, nothing more to do, the look before sleeping: one autocommit statement (the
     # "BEGIN" SQLAlchemy's event reports sends nothing on an autocommit connection).
     assert [step for step in after if step != "BEGIN"] == [after[-1]], after

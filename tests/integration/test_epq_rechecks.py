@@ -228,6 +228,21 @@ async def test_worker_claim(engine: AsyncEngine, paused_role: str) -> None:
     assert sorted(c.task_id for c in claimed) == sorted(task_ids)
 
 
+async def test_worker_claim_across_keys(engine: AsyncEngine, paused_role: str) -> None:
+    """The single-node claim, whose lease finds the locked rows by the array of their
+    task ids: the rechecked row is leased too."""
+    task_ids = await _queued_tasks(engine)
+    claimed = await _with_recheck(
+        engine,
+        f"UPDATE legato.task_queue SET priority = priority WHERE task_id = '{task_ids[1]}'",
+        lambda conn: task_queue.claim_held(
+            conn, [1, KEY, 9], "default", ["work"], "epq-worker", 10, timedelta(seconds=30)
+        ),
+        paused=(paused_role, task_ids[1]),
+    )
+    assert sorted(c.task_id for c in claimed) == sorted(task_ids)
+
+
 async def test_limited_claim_candidates_then_lease(engine: AsyncEngine, paused_role: str) -> None:
     task_ids = await _queued_tasks(engine)
 
@@ -306,7 +321,7 @@ async def test_decider_take_of_chosen_runs(engine: AsyncEngine, paused_role: str
 
 
 async def test_single_node_decider_take_call(engine: AsyncEngine, paused_role: str) -> None:
-    """``decider_take_v1``'s take, rechecked inside the function."""
+    """``decider_take_v2``'s take, rechecked inside the function."""
     run_ids = await _decide_rows(engine)
     taken = await _with_recheck(
         engine,
@@ -322,7 +337,7 @@ async def test_single_node_decider_take_call(engine: AsyncEngine, paused_role: s
 async def test_single_node_decider_take_call_run_lock(
     engine: AsyncEngine, paused_role: str
 ) -> None:
-    """``decider_take_v1``'s lock of the taken runs, rechecked inside the function (the
+    """``decider_take_v2``'s lock of the taken runs, rechecked inside the function (the
     paused role is not used: the lock waits on the updater's row)."""
     run_ids = await _decide_rows(engine)
     taken = await _with_recheck(

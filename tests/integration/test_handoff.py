@@ -248,7 +248,7 @@ async def test_a_handed_off_run_leaves_no_empty_claim_or_take_behind(
             event.remove(engine.sync_engine, "before_cursor_execute", record)
         assert runtime.handoff is not None and runtime.handoff.handed == 12
     claims = [s for s in statements if s.startswith("WITH candidates AS MATERIALIZED")]
-    takes = [s for s in statements if "decider_take_v1" in s]
+    takes = [s for s in statements if "decider_take_v2" in s]
     assert claims == []
     assert len(takes) == 5 * 3  # each run's three decisions, nothing more
 

@@ -67,10 +67,24 @@ _NO_RUN = "NULL::uuid, NULL::text, NULL::integer, NULL::text, NULL::jsonb, NULL:
 )
 
 
-def _take_function(schema: str) -> str:
+def _take_function(schema: str, by_key_arrays: bool = False) -> str:
+    """``decider_take_v1``, or with ``by_key_arrays`` ``decider_take_v2`` (0021): the
+    taken rows deleted through the primary key by arrays of their keys and run ids (an
+    index condition whatever the statistics), not by a join with the taken rows."""
     s = _q(schema)
+    name = "decider_take_v2" if by_key_arrays else "decider_take_v1"
+    deleted = (
+        f"""DELETE FROM {s}.decide_queue AS d
+         WHERE d.shard = ANY (keys)
+           AND d.run_id = ANY (ARRAY(SELECT taken.run_id FROM taken))"""
+        if by_key_arrays
+        else f"""DELETE FROM {s}.decide_queue AS d
+         USING taken
+         WHERE d.shard = taken.shard AND d.run_id = taken.run_id"""
+    )
+    how = "through the primary key by key arrays" if by_key_arrays else "by primary key"
     return f"""
-CREATE FUNCTION {s}.decider_take_v1(keys smallint[], lim integer, since timestamptz)
+CREATE FUNCTION {s}.{name}(keys smallint[], lim integer, since timestamptz)
 RETURNS TABLE ({TAKE_COLUMNS})
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -84,7 +98,7 @@ DECLARE
 BEGIN
     -- The take: the oldest due rows of the keys from ``since`` on, skipping those a
     -- report or another decider holds (ix_decide_queue_decider, one range per key,
-    -- bounded below by ``since``), deleted by primary key.
+    -- bounded below by ``since``), deleted {how}.
     WITH taken AS MATERIALIZED (
         SELECT q.shard, q.run_id
           FROM {s}.decide_queue AS q
@@ -96,9 +110,7 @@ BEGIN
          LIMIT lim
            FOR UPDATE SKIP LOCKED
     ), gone AS (
-        DELETE FROM {s}.decide_queue AS d
-         USING taken
-         WHERE d.shard = taken.shard AND d.run_id = taken.run_id
+        {deleted}
      RETURNING d.shard, d.run_id, d.failures, d.available_at
     )
     SELECT array_agg(gone.run_id ORDER BY gone.run_id),

@@ -267,7 +267,7 @@ class DeciderLoop(Loop):
 
     async def _take_and_load(self, conn: AsyncConnection, keys: Sequence[int]) -> Taken:
         """The layout's take of a batch, locked and read: one call on one PostgreSQL
-        (``decider_take_v1``); in the distributed layout, the take, then the lock and
+        (``decider_take_v2``); in the distributed layout, the take, then the lock and
         the read, each a statement within the one key."""
         if not self.shards.distributed:
             self.takes += 1

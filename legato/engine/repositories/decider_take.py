@@ -1,8 +1,8 @@
 """A single-node decider's take, lock and read of a batch in ONE round trip:
-``decider_take_v1`` (migration 0019), the three statements the decider otherwise sends
-one by one (``decide_queue.take_held``, ``runs.lock_many_held``,
-``tasks.snapshots_held``), run by the server in that order, each in a snapshot taken
-after the one before it.
+``decider_take_v2`` (migration 0021: 0019's v1, its taken rows deleted through the
+primary key by arrays), the three statements the decider otherwise sends one by one
+(``decide_queue.take_held``, ``runs.lock_many_held``, ``tasks.snapshots_held``), run by
+the server in that order, each in a snapshot taken after the one before it.
 
 The distributed layout keeps the three statements (each within the one key Citus
 routes it by), and so does a batch retried run by run (``decide_queue.take`` of chosen
@@ -96,7 +96,7 @@ def _statement(schema: str) -> TextualSelect:
             for c in tasks.TASK_ROW_COLUMNS
         ),
     ]
-    call = text(f'SELECT * FROM "{schema}".decider_take_v1(:keys, :lim, :since)').bindparams(
+    call = text(f'SELECT * FROM "{schema}".decider_take_v2(:keys, :lim, :since)').bindparams(
         bindparam("keys", type_=ARRAY(SmallInteger())),
         bindparam("lim", type_=Integer()),
         bindparam("since", type_=DateTime(timezone=True)),

@@ -27,13 +27,17 @@ from sqlalchemy import (
     Select,
     SmallInteger,
     Text,
+    Uuid,
+    any_,
     bindparam,
     case,
+    cast,
     func,
     null,
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
@@ -220,16 +224,31 @@ def _lease_statement(chosen: Any, spanning: bool = False) -> _LeaseReturning:
     ``owner`` and mark their attempts RUNNING, returning what the worker needs to run
     them; the transaction's ``now()`` stamps the lease and ``started_at``. Each table is
     filtered by the one key parameter, or, ``spanning``, by the key of each chosen row
-    (``chosen.c.shard``)."""
+    (``chosen.c.shard``).
+
+    Spanning (one PostgreSQL), the queue rows are found through the primary key by the
+    keys, the queue and the array of the chosen task ids, not by a join with ``chosen``:
+    a join is planned from the queue's statistics, and once ``task_queue`` had been
+    analyzed while empty the planner scanned the partition's whole primary key for each
+    chosen row (docs/design.md, "Plans that do not trust a queue's statistics")."""
     owner = bindparam("owner", type_=Text())
     clock = func.now()
-    leased = (
-        update(TaskQueue.table)
-        .where(
-            TaskQueue.shard == (chosen.c.shard if spanning else shard_param()),
+    found = (
+        (
+            in_array(TaskQueue.shard, shards_param()),
+            TaskQueue.queue == bindparam("in_queue", type_=Text()),
+            TaskQueue.task_id == any_(_array_of(chosen.c.task_id)),
+        )
+        if spanning
+        else (
+            TaskQueue.shard == shard_param(),
             TaskQueue.queue == chosen.c.queue,
             TaskQueue.task_id == chosen.c.task_id,
         )
+    )
+    leased = (
+        update(TaskQueue.table)
+        .where(*found)
         .values(
             lease_owner=owner,
             lease_expires_at=clock + bindparam("lease", type_=Interval()),
@@ -274,6 +293,12 @@ def _lease_statement(chosen: Any, spanning: bool = False) -> _LeaseReturning:
             Runs.trace_context,
         )
     )
+
+
+def _array_of(ids: ColumnElement[uuid.UUID]) -> ColumnElement[Any]:
+    """``ids``' values as one ``uuid[]`` (an InitPlan; NULL when there are none): cast, so
+    ``= ANY`` reads it as an array, not as a subquery's rows."""
+    return cast(select(func.array_agg(ids)).scalar_subquery(), ARRAY(Uuid()))
 
 
 async def claim(
