@@ -21,14 +21,6 @@ FLOOR_SLACK = timedelta(seconds=1)
 
 Scope = TypeVar("Scope", bound=Hashable)
 
-# A look from the oldest row that took longer than this (the dead rows a held snapshot
-# keeps below the floor: 0.5 s and more after two minutes of a busy queue) puts the next
-# one off by FULL_LOOK_SHARE times the excess, so those looks take at most about 1/50
-# of the loop's time, but never by more than FULL_LOOK_MAX_DELAY.
-FULL_LOOK_CHEAP = 0.01
-FULL_LOOK_SHARE = 50
-FULL_LOOK_MAX_DELAY = 60.0
-
 
 def taken_floor(oldest: datetime) -> datetime:
     """Where later takes may start once a take returned rows due from ``oldest`` on
@@ -43,37 +35,26 @@ class Floors(Generic[Scope]):
     """Where takes start, per scope (a shard key, a queue and its keys, ...). A scope's
     floor is ``taken_floor`` of the oldest row its last informative take returned; a
     scope whose takes have not looked from the oldest row for a poll interval gets no
-    floor, so its next take does (later, when those looks got slow: ``FULL_LOOK_CHEAP``)."""
+    floor, so its next take does."""
 
     def __init__(self) -> None:
         self._floors: dict[Scope, datetime] = {}
         self._looked_from_oldest_at: dict[Scope, float] = {}
-        self._full_look_cost: dict[Scope, float] = {}
 
     def since(self, scope: Scope, now: float, poll_interval: float) -> datetime | None:
         """Where the scope's next take starts (None: from the oldest row)."""
         last = self._looked_from_oldest_at.get(scope)
-        if last is None or now - last >= poll_interval + self._delay(scope):
+        if last is None or now - last >= poll_interval:
             return None
         return self._floors.get(scope)
 
-    def _delay(self, scope: Scope) -> float:
-        excess = self._full_look_cost.get(scope, 0.0) - FULL_LOOK_CHEAP
-        return min(max(excess, 0.0) * FULL_LOOK_SHARE, FULL_LOOK_MAX_DELAY)
-
     def look(
-        self,
-        scope: Scope,
-        since: datetime | None,
-        oldest: datetime | None,
-        now: float,
-        took: float = 0.0,
+        self, scope: Scope, since: datetime | None, oldest: datetime | None, now: float
     ) -> None:
-        """Record a take of the scope that started at ``since``, lasted ``took`` seconds
-        and returned rows due from ``oldest`` on (None: it returned none, or what it
-        returned says nothing of the rows it left; the floor stays)."""
+        """Record a take of the scope that started at ``since`` and returned rows due from
+        ``oldest`` on (None: it returned none, or what it returned says nothing of the
+        rows it left; the floor stays)."""
         if since is None:
             self._looked_from_oldest_at[scope] = now
-            self._full_look_cost[scope] = took
         if oldest is not None:
             self._floors[scope] = taken_floor(oldest)

@@ -259,10 +259,8 @@ class DeciderLoop(Loop):
         if run_ids is not None:
             return await decide_queue.take(conn, shard, limit, run_ids)
         since = self._since(shard)
-        began = time.monotonic()
         taken = await decide_queue.take(conn, shard, limit, since=since)
-        ended = time.monotonic()
-        self._floors.look(shard, since, taken.oldest, ended, took=ended - began)
+        self._floors.look(shard, since, taken.oldest, time.monotonic())
         return taken
 
     async def _take_and_load(self, conn: AsyncConnection, keys: Sequence[int]) -> Taken:
@@ -272,10 +270,8 @@ class DeciderLoop(Loop):
         if not self.shards.distributed:
             self.takes += 1
             since = self._since(EVERY_HELD_KEY)
-            began = time.monotonic()
             taken = await decider_take.take_and_load(conn, keys, self.batch_size, since)
-            ended = time.monotonic()
-            self._floors.look(EVERY_HELD_KEY, since, taken.oldest, ended, took=ended - began)
+            self._floors.look(EVERY_HELD_KEY, since, taken.oldest, time.monotonic())
             return taken
         failures = (await self._take(conn, keys, self.batch_size)).failures
         if not failures:

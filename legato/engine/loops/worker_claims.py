@@ -75,8 +75,7 @@ class WorkerClaims:
                     autocommit, shard, queue, self.task_names, self.owner, free, self.lease
                 )
             scope = (queue, tuple(sorted(keys)))
-            began = time.monotonic()
-            since = self._floors.since(scope, began, self._full_look_every)
+            since = self._floors.since(scope, time.monotonic(), self._full_look_every)
             if self.shards.distributed:
                 (shard,) = keys
                 claimed = await task_queue.claim(
@@ -86,8 +85,7 @@ class WorkerClaims:
                 claimed = await task_queue.claim_held(
                     autocommit, keys, queue, self.task_names, self.owner, free, self.lease, since
                 )
-        ended = time.monotonic()
-        self._floors.look(scope, since, _oldest_left(claimed, free), ended, took=ended - began)
+        self._floors.look(scope, since, _oldest_left(claimed, free), time.monotonic())
         return claimed
 
 
