@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,15 +32,6 @@ from legato.schema import SCHEMA_PLACEHOLDER
 # docs/performance.md). Partitions are still pruned, at executor start-up. A
 # transactional task's body gets PostgreSQL's default back (``transactions.bound``).
 SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
-
-# How long a session keeps the plans it made. A generic plan is made from the tables'
-# sizes when it is made (their current number of pages, scaled by the last statistics)
-# and kept until something invalidates it: a session that started on a young, nearly
-# empty installation kept sequential scans of ``runs`` and ``tasks`` as they grew to
-# 100,000 rows (a decision's write 3 -> 20 ms and more, docs/performance.md). So a
-# connection discards its plans when it is checked out this long after it last did.
-REPLAN_EVERY = 60.0
-_PLANNED_AT = "legato_planned_at"
 
 # The safety defaults of every Legato session (``create_engine``'s keywords override
 # them; None leaves the server's own): a lock someone else's transaction holds fails the
@@ -207,8 +197,6 @@ def create_engine(
         ) from None
     if mode == TRANSACTION_POOLER:
         _set_per_transaction(engine, settings)
-    else:  # behind a transaction pooler nothing is prepared, so no plan is kept
-        _replan_periodically(engine, REPLAN_EVERY)
     return engine.execution_options(
         schema_translate_map={SCHEMA_PLACEHOLDER: schema},
         **{
@@ -265,25 +253,6 @@ def _check_engine_arguments(pooler: object, engine_options: dict[str, Any]) -> N
 
 def _as_url(url: str | URL) -> URL:
     return url if isinstance(url, URL) else resolve_url(url)
-
-
-def _replan_periodically(engine: AsyncEngine, every: float) -> None:
-    """``DISCARD PLANS`` on a connection checked out ``every`` seconds or more after it
-    was opened or last discarded them (one round trip a minute per connection): its
-    prepared statements stay, and each is planned again, generically, at its next use."""
-
-    @event.listens_for(engine.sync_engine, "checkout")
-    def replan(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        now = time.monotonic()
-        planned_at = record.info.setdefault(_PLANNED_AT, now)
-        if now - planned_at < every:
-            return
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("DISCARD PLANS")
-        finally:
-            cursor.close()
-        record.info[_PLANNED_AT] = now
 
 
 def _set_per_transaction(engine: AsyncEngine, settings: dict[str, str]) -> None:
