@@ -52,17 +52,15 @@ from legato.schema import (
     ConcurrencySlots,
     NodeKind,
     Outbox,
-    Runs,
-    RunStatus,
     Schedules,
     Shards,
     TaskQueue,
     Tasks,
     TaskState,
     Timers,
-    WorkflowDefinitions,
     uuid7,
 )
+from tests.integration.seeded_rows import seed_attempts, seed_runs
 
 T = TypeVar("T")
 PAUSE_LOCK = 7243
@@ -156,60 +154,17 @@ async def _with_recheck(
 
 
 async def _runs(engine: AsyncEngine, count: int) -> list[uuid.UUID]:
-    ids = sorted(SHARDS.new_run_id(KEY) for _ in range(count))
     async with engine.begin() as conn:
-        await conn.execute(
-            insert(WorkflowDefinitions.table).values(
-                name="epq", version=1, spec={"nodes": []}, spec_hash="epq"
-            )
-        )
-        await conn.execute(
-            insert(Runs.table),
-            [
-                {
-                    "id": i,
-                    "workflow_name": "epq",
-                    "workflow_version": 1,
-                    "status": RunStatus.RUNNING,
-                    "shard": KEY,
-                }
-                for i in ids
-            ],
-        )
-    return ids
+        return sorted(await seed_runs(conn, SHARDS, [KEY] * count, "epq"))
 
 
 async def _queued_tasks(engine: AsyncEngine) -> list[uuid.UUID]:
     """Two available attempts of task ``work``, the first claimed first (priority 1 - n),
     with ``task_queue`` scans paused at a row's ``task_id``."""
     run_ids = await _runs(engine, 2)
-    task_ids = [uuid7(), uuid7()]
-    now = datetime.now(UTC) - timedelta(seconds=1)
     async with engine.begin() as conn:
-        await conn.execute(
-            insert(Tasks.table),
-            [
-                {
-                    "run_id": run_id,
-                    "id": task_id,
-                    "node_id": f"n{n}",
-                    "kind": NodeKind.TASK,
-                    "state": TaskState.QUEUED,
-                    "task_name": "work",
-                    "queue": "default",
-                    "input": {"n": n},
-                    "shard": KEY,
-                }
-                for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
-            ],
-        )
-        await task_queue.enqueue(
-            conn,
-            KEY,
-            [
-                task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 1 - n, now)
-                for n, (run_id, task_id) in enumerate(zip(run_ids, task_ids, strict=True))
-            ],
+        task_ids = await seed_attempts(
+            conn, [(KEY, run_id) for run_id in run_ids], [{"n": 0}, {"n": 1}], priorities=[1, 0]
         )
     await _pause_scans_of(engine, "task_queue", "task_id")
     return task_ids

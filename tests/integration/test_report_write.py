@@ -8,28 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from legato.engine.repositories import decide_queue, report_write, task_queue, tasks
+from legato.engine.repositories import decide_queue, report_write, tasks
 from legato.engine.transport.driver import DriverStatements
 from legato.schema import (
     DEFAULT_SHARD_COUNT,
     DecideQueue,
-    NodeKind,
-    Runs,
-    RunStatus,
     Shards,
     TaskQueue,
     Tasks,
     TaskState,
-    WorkflowDefinitions,
-    uuid7,
 )
+from tests.integration.seeded_rows import seed_attempts, seed_runs
 
 SHARDS = Shards(DEFAULT_SHARD_COUNT)
 KEY = 5
@@ -38,43 +33,9 @@ LOCK_NOT_AVAILABLE = "55P03"  # FOR UPDATE NOWAIT on a row another session holds
 
 async def _running_attempt(engine: AsyncEngine) -> tuple[uuid.UUID, uuid.UUID]:
     """A run with one RUNNING attempt of ``work``, its queue row leased to ``w``."""
-    run_id, task_id = SHARDS.new_run_id(KEY), uuid7()
-    now = datetime.now(UTC)
     async with engine.begin() as conn:
-        await conn.execute(
-            insert(WorkflowDefinitions.table).values(
-                name="reported", version=1, spec={"nodes": []}, spec_hash="reported"
-            )
-        )
-        await conn.execute(
-            insert(Runs.table).values(
-                id=run_id,
-                shard=KEY,
-                workflow_name="reported",
-                workflow_version=1,
-                status=RunStatus.RUNNING,
-            )
-        )
-        await conn.execute(
-            insert(Tasks.table).values(
-                shard=KEY,
-                run_id=run_id,
-                id=task_id,
-                node_id="work",
-                kind=NodeKind.TASK,
-                state=TaskState.RUNNING,
-                task_name="work",
-                queue="default",
-                lease_owner="w",
-            )
-        )
-        row = task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 0, now)
-        await task_queue.enqueue(conn, KEY, [row])
-        await conn.execute(
-            update(TaskQueue.table)
-            .where(TaskQueue.task_id == task_id)
-            .values(lease_owner="w", lease_expires_at=now + timedelta(minutes=5))
-        )
+        (run_id,) = await seed_runs(conn, SHARDS, [KEY], "reported")
+        (task_id,) = await seed_attempts(conn, [(KEY, run_id)], [None], leased_to="w")
     return run_id, task_id
 
 

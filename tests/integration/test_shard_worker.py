@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Flow, Node, TaskContext, task, workflow
@@ -27,17 +27,13 @@ from legato.engine.loops.worker_claims import WorkerClaims
 from legato.engine.repositories import notify, task_queue
 from legato.schema import (
     DecideQueue,
-    NodeKind,
-    Runs,
-    RunStatus,
     Shards,
     TaskQueue,
     Tasks,
     TaskState,
-    WorkflowDefinitions,
-    uuid7,
 )
 from tests.helpers import eventually
+from tests.integration.seeded_rows import seed_attempts, seed_runs
 
 
 @task()
@@ -70,42 +66,11 @@ async def _shards(engine: AsyncEngine) -> Shards:
 
 async def _queued(engine: AsyncEngine, shards: Shards, keys: Sequence[int]) -> dict[int, uuid.UUID]:
     """One run per key in ``keys`` with one queued attempt of ``work``; task id by key."""
-    now = datetime.now(UTC) - timedelta(seconds=1)
-    by_key: dict[int, uuid.UUID] = {}
     async with engine.begin() as conn:
-        await conn.execute(
-            insert(WorkflowDefinitions.table).values(
-                name="keyed", version=1, spec={"nodes": []}, spec_hash="keyed"
-            )
-        )
-        for key in keys:
-            run_id, task_id = shards.new_run_id(key), uuid7()
-            await conn.execute(
-                insert(Runs.table).values(
-                    id=run_id,
-                    shard=key,
-                    workflow_name="keyed",
-                    workflow_version=1,
-                    status=RunStatus.RUNNING,
-                )
-            )
-            await conn.execute(
-                insert(Tasks.table).values(
-                    shard=key,
-                    run_id=run_id,
-                    id=task_id,
-                    node_id="work",
-                    kind=NodeKind.TASK,
-                    state=TaskState.QUEUED,
-                    task_name="work",
-                    queue="default",
-                    input=[key],
-                )
-            )
-            row = task_queue.NewQueueRow("default", task_id, run_id, 1, "work", 0, now)
-            await task_queue.enqueue(conn, key, [row])
-            by_key[key] = task_id
-    return by_key
+        run_ids = await seed_runs(conn, shards, keys, "keyed")
+        runs = list(zip(keys, run_ids, strict=True))
+        task_ids = await seed_attempts(conn, runs, [[key] for key in keys])
+    return dict(zip(keys, task_ids, strict=True))
 
 
 async def _states(engine: AsyncEngine) -> dict[uuid.UUID, TaskState]:

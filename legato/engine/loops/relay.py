@@ -242,8 +242,7 @@ class RelayLoop(Loop):
         await self._record()
         held = self.held.held()
         now = time.monotonic()
-        # (a tenth of slack: the poll's sleep may end a clock tick early)
-        if now - self._all_due_at >= self.poll_interval * 0.9:
+        if now - self._all_due_at >= self.once_a_poll:
             self._all_due_at = now
             for key in held:
                 self._due.setdefault(key, None)

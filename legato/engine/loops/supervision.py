@@ -110,6 +110,9 @@ class Loop:
         restarts: RestartPolicy | None = None,
     ):
         self.poll_interval = poll_interval
+        # How often work due "once a poll" is done: a tenth of slack, since the poll's
+        # sleep may end a clock tick early.
+        self.once_a_poll = poll_interval * 0.9
         self.restarts = restarts or RestartPolicy()
         self._wakeups = wakeups
         self._channel = channel

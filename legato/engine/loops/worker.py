@@ -116,7 +116,7 @@ class Worker(Loop):
         self.queues = queues
         self.worker_id = worker_id or default_worker_id()
         self._claims = WorkerClaims(
-            engine, app, queues, shards, self.worker_id, lease, poll_interval
+            engine, app, queues, shards, self.worker_id, lease, self.once_a_poll
         )
         self.task_names = self._claims.task_names
         # What a local decision may hand this worker (legato.engine.transport.handoff): what it
@@ -219,8 +219,7 @@ class Worker(Loop):
         self._check_side_tasks()
         held = self.held.held()
         now = time.monotonic()
-        # (a tenth of slack: the poll's sleep may end a clock tick early)
-        if now - self._all_marked_at >= self.poll_interval * 0.9:
+        if now - self._all_marked_at >= self.once_a_poll:
             self._all_marked_at = now
             for shard in held:
                 self._mark(shard)

@@ -25,7 +25,8 @@ ClaimScope = tuple[str, tuple[int, ...]]
 
 class WorkerClaims:
     """The claims of one worker: ``owner`` leases up to ``free`` attempts of a queue
-    for ``lease``, of the tasks ``app`` has."""
+    for ``lease``, of the tasks ``app`` has; a claim looks from the oldest row at least
+    every ``full_look_every`` seconds (the worker's ``Loop.once_a_poll``)."""
 
     def __init__(
         self,
@@ -35,7 +36,7 @@ class WorkerClaims:
         shards: Shards,
         owner: str,
         lease: timedelta,
-        poll_interval: float,
+        full_look_every: float,
     ) -> None:
         self.engine = engine
         self.shards = shards
@@ -47,8 +48,7 @@ class WorkerClaims:
         self.admissions = {q: Admission.of(app, (q,), self.task_names) for q in queues}
         # Queues a task of the app shares fairly between keys (FairShare): claimed per key.
         self.fair = {t.queue for t in app.tasks.values() if t.fair_share} & set(queues)
-        # A tenth of slack, as the worker's poll: its sleep may end a clock tick early.
-        self._full_look_every = poll_interval * 0.9
+        self._full_look_every = full_look_every
         self._floors: Floors[ClaimScope] = Floors()
 
     def spans_keys(self, queue: str) -> bool:
