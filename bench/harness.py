@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from bench.lived_in import live_in
 from bench.txcount import LOG_LINE_PREFIX, PROBE_APP, STATEMENT_LOG, LogWindow
 from legato import migrations
 from legato.db import create_engine
@@ -112,7 +113,12 @@ class Server:
     """The PostgreSQL server of one bench run and the databases made on it."""
 
     def __init__(
-        self, database_url: str | None, *, pooler: bool = False, citus: str | None = None
+        self,
+        database_url: str | None,
+        *,
+        pooler: bool = False,
+        citus: str | None = None,
+        lived_in: bool = False,
     ) -> None:
         self.local: LocalPostgres | None = None
         self.given = database_url
@@ -121,6 +127,8 @@ class Server:
         # database with CITUS_KEYS keys, "distributed" over the cluster or kept on the
         # coordinator alone ("single-node"), so the two layouts compare like for like.
         self.citus = citus
+        # Each scenario's database starts lived-in (bench.lived_in), not fresh.
+        self.lived_in = lived_in
         self._pooler_url: str | None = None
         self._pgbouncer = ExitStack()
         self._template: str | None = None
@@ -150,6 +158,8 @@ class Server:
             engine = create_engine(tpl, SCHEMA)
             try:
                 await migrations.upgrade(engine, SCHEMA)
+                if self.lived_in:
+                    await live_in(engine)
             finally:
                 await engine.dispose()
         except Exception:
@@ -194,6 +204,8 @@ class Server:
                     async with engine.connect() as conn:
                         autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
                         await distribute(autocommit, name, CITUS_KEYS)
+                if self.lived_in:
+                    await live_in(engine)
             finally:
                 await engine.dispose()
         self._made.append(target)

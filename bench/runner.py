@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.harness import CITUS_KEYS, Figure, Server, machine_context, to_json
 from bench.held_snapshot import scenario_held_snapshot
+from bench.lived_in import LIVED_IN_RUNS
 from bench.many_clients import scenario_clients
 from bench.scenarios import SCENARIOS, SIZES, Options, default_cores
 from bench.signal_call import scenario_signal
@@ -47,6 +48,8 @@ class BenchArgs:
     held_seconds: float | None = None
     #: On a Citus coordinator: "distributed" or "single-node" schemas (harness.Server).
     citus: str | None = None
+    #: Each scenario's database lived-in (bench.lived_in), not fresh.
+    lived_in: bool = False
 
 
 @dataclass
@@ -65,7 +68,12 @@ async def run(args: BenchArgs) -> int:
         concurrency=args.concurrency,
         held_seconds=args.held_seconds,
     )
-    server = Server(args.database_url, pooler=args.pooler == "pgbouncer", citus=args.citus)
+    server = Server(
+        args.database_url,
+        pooler=args.pooler == "pgbouncer",
+        citus=args.citus,
+        lived_in=args.lived_in,
+    )
     figures: list[Figure] = []
     peers: list[PeerResult] = []
     started = time.perf_counter()
@@ -81,6 +89,8 @@ async def run(args: BenchArgs) -> int:
         say(f"size: {args.size}")
         if args.citus:
             say(f"citus: {args.citus} schemas of {CITUS_KEYS} keys on the coordinator")
+        if args.lived_in:
+            say(f"databases: lived-in ({LIVED_IN_RUNS:,} finished runs, every table analyzed)")
         if args.pooler:
             say(f"pooler: {args.pooler} (pool_mode = transaction), LISTEN direct to the server")
         for name in args.scenarios:
@@ -115,6 +125,7 @@ async def run(args: BenchArgs) -> int:
                 {
                     "size": args.size,
                     "pooler": args.pooler,
+                    "lived_in": args.lived_in,
                     "seconds": round(total, 1),
                     "peers": {
                         p.name: {"error": p.error, "figures": [vars(f) for f in p.figures]}

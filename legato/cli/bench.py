@@ -87,6 +87,13 @@ def register(commands: Any) -> None:
     )
 
     parser.add_argument(
+        "--lived-in",
+        action="store_true",
+        help="start each scenario's database with 20,000 finished runs and every table "
+        "analyzed, its queues empty (the statistics of an installation that has run for "
+        "a while; default: a fresh database, no statistics)",
+    )
+    parser.add_argument(
         "--held-seconds",
         type=_seconds,
         metavar="S",
@@ -143,6 +150,7 @@ async def _bench(args: argparse.Namespace) -> int:
             pooler=args.pooler,
             held_seconds=args.held_seconds,
             citus=args.citus,
+            lived_in=args.lived_in,
         )
     )
     return result

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from sqlalchemy import text
 
-from bench.harness import Server
+from bench.harness import Server, probe_engine
+from bench.lived_in import LIVED_IN_RUNS
 from bench.runner import ALL_SCENARIOS
 from bench.scenarios import SCENARIOS, SIZES, Options, scenario_commits
 from legato.cli.bench import SCENARIO_NAMES
@@ -68,4 +70,49 @@ async def test_scenarios_run_through_a_transaction_pooler_with_listen_direct() -
     assert figures
     for figure in figures:
         assert math.isfinite(figure.value) and figure.value >= 0, figure
+        assert "NOT SUCCEEDED" not in figure.settings, figure
+
+
+async def test_a_lived_in_database_has_a_history_and_statistics(pg_server_url: str) -> None:
+    """``--lived-in``: each scenario's database starts with the finished runs and every
+    table analyzed (queues empty), and the scenarios run on it."""
+    server = Server(pg_server_url, lived_in=True)
+    await server.start()
+    try:
+        target = await server.fresh("lived-in")
+        probe = probe_engine(target)
+        try:
+            async with probe.connect() as conn:
+                finished = (
+                    await conn.execute(text(f"SELECT count(*) FROM {target.schema}.runs"))
+                ).scalar_one()
+                analyzed: dict[str, float] = dict(
+                    (
+                        await conn.execute(
+                            text(
+                                "SELECT relname, reltuples FROM pg_class WHERE relnamespace ="
+                                " CAST(:s AS regnamespace) AND relname IN"
+                                " ('decide_queue', 'task_queue', 'runs', 'tasks')"
+                            ),
+                            {"s": target.schema},
+                        )
+                    ).all()
+                )
+        finally:
+            await probe.dispose()
+        opts = Options(size=SIZES["tiny"], cores=2, concurrency=16)
+        figures = await SCENARIOS["e2e-1"](server, opts)
+    finally:
+        await server.stop()
+    assert finished == LIVED_IN_RUNS
+    # A never-analyzed table reads -1; an analyzed one its row count (partitioned parents
+    # count their partitions' rows).
+    assert analyzed == {
+        "decide_queue": 0,
+        "task_queue": 0,
+        "runs": LIVED_IN_RUNS,
+        "tasks": LIVED_IN_RUNS,
+    }, analyzed
+    for figure in figures:
+        assert math.isfinite(figure.value) and figure.value > 0, figure
         assert "NOT SUCCEEDED" not in figure.settings, figure
