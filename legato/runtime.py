@@ -56,7 +56,7 @@ from legato.engine.loops.sampler import BacklogSampler
 from legato.engine.loops.schedules import ScheduleLoop
 from legato.engine.loops.shard_leases import DEFAULT_SHARD_TTL, ShardLease
 from legato.engine.loops.supervision import Loop, RestartPolicy
-from legato.engine.loops.timers import TimerLoop
+from legato.engine.loops.timers import TIMER_POLL_INTERVAL, TimerLoop
 from legato.engine.loops.worker import DEFAULT_MAX_OUTPUT_BYTES, Worker
 from legato.engine.transport.handoff import LocalHandoff, ReportsToDecider
 from legato.engine.transport.wakeups import Wakeups
@@ -294,6 +294,9 @@ class Runtime:
                     shards=shards,
                     held=self._lease(shards, "timer"),
                     wakeups=listening,
+                    # A shorter poll fires timers closer to their time; a longer one
+                    # would fire them late, so it stops at the loop's own.
+                    poll_interval=min(poll_interval, TIMER_POLL_INTERVAL),
                     restarts=restarts,
                 )
             )

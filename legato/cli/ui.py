@@ -142,12 +142,13 @@ def register(commands: Any) -> None:
     actions.add_argument(
         "--read-only",
         action="store_true",
-        help="refuse cancel, signal and resume (the default)",
+        help="refuse cancel, signal, resume and rerun (the default)",
     )
     actions.add_argument(
         "--allow-actions",
         action="store_true",
-        help="allow cancelling runs, sending signals and resuming quarantined runs",
+        help="allow cancelling runs, sending signals, resuming quarantined runs and "
+        "rerunning finished ones",
     )
     parser.add_argument(
         "--token",

@@ -53,3 +53,17 @@ def test_the_runtime_gives_every_loop_its_restart_policy() -> None:
     default._build_loops(shards)
     assert default.loops
     assert all(loop.restarts == RestartPolicy() for loop in default.loops)
+
+
+def test_the_timer_loop_polls_at_the_runtimes_interval_or_its_own_if_shorter() -> None:
+    """``--poll-interval`` below the timer loop's 0.5 s fires timers closer to their time;
+    above it, timers still fire within 0.5 s (the lease sweeper polls at the given one)."""
+    shards = Shards(DEFAULT_SHARD_COUNT)
+    polls = {}
+    for given in (0.1, 30.0):
+        runtime = Runtime(engine, app, roles=EVERY_ROLE, poll_interval=given)
+        runtime._build_loops(shards)
+        polls[given] = {type(loop).__name__: loop.poll_interval for loop in runtime.loops}
+    assert polls[0.1]["TimerLoop"] == 0.1
+    assert polls[30.0]["TimerLoop"] == 0.5
+    assert polls[30.0]["LeaseSweeper"] == 30.0

@@ -44,6 +44,10 @@ def _queue_of(timing: tasks.AttemptTiming | None) -> str | None:
     return None if timing is None else timing.queue
 
 
+#: How often the timer loop looks for due timers at most: a timer fires within it.
+TIMER_POLL_INTERVAL = 0.5
+
+
 class TimerLoop(Loop):
     """Fires due timers in batches, one shard key at a time, from the keys it holds
     (``held``, every key of ``shards`` by default); re-arms those capped at the partition
@@ -59,7 +63,7 @@ class TimerLoop(Loop):
         held: HeldShards | None = None,
         wakeups: Wakeups | None = None,
         batch_size: int = 100,
-        poll_interval: float = 0.5,
+        poll_interval: float = TIMER_POLL_INTERVAL,
         restarts: RestartPolicy | None = None,
     ) -> None:
         super().__init__(
