@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from datetime import timedelta
 
 from pydantic import JsonValue
 
-from legato.errors import LegatoError
+from legato.errors import InvalidInput, LegatoError
 
 MAX_NAME_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_BYTES = 512
@@ -206,3 +207,69 @@ def _shown(value: object) -> str:
 def json_size(value: JsonValue) -> int:
     """Bytes of ``value``'s compact JSON (how payload and output limits are measured)."""
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+_JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply JSON ``text`` nests arrays and objects, counted without parsing it
+    (brackets inside strings do not count) and only up to ``limit + 1``.
+
+    ``json.loads`` recurses once per level: a deep enough input exhausts the stack, so
+    the depth is checked first."""
+    depth = deepest = 0
+    for token in _JSON_STRING_OR_BRACKET.finditer(text):
+        first = text[token.start()]
+        if first in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif first in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (use null, a number or a string)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return number
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # past Python's 4,300-digit limit on converting text to int
+        raise ValueError(f"a {len(text):,}-digit number is too long") from None
+
+
+def parse_json_text(text: str, what: str, shown: str | None = None) -> JsonValue:
+    """JSON ``text`` from outside (a CLI option, a form field, a request body) as a value
+    ``jsonb`` can store, or ``InvalidInput`` naming ``what`` and the text as ``shown``:
+    at most ``MAX_JSON_DEPTH`` levels deep (checked before parsing), no NaN or Infinity,
+    no number past Python's 4,300 digits, no lone surrogate."""
+    shown = _shown(text) if shown is None else shown
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise InvalidInput(
+            f"{what} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep (got {shown})"
+        )
+    try:
+        parsed: JsonValue = json.loads(
+            text, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
+        )
+    except ValueError as error:  # JSONDecodeError, NaN, 1e400, an int of 5,000 digits
+        raise InvalidInput(f"{what} is not valid JSON: {error} (got {shown})") from None
+    try:  # "\ud800" parses, but no UTF-8 text (and so no jsonb) can hold it
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{what} holds a lone UTF-16 surrogate (\\ud800 to \\udfff not in a pair): {shown}"
+        ) from None
+    return parsed

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import time
 from collections.abc import Mapping
 from enum import StrEnum
 
 from pydantic import JsonValue
 
-from legato.errors import InvalidSignature
+from legato.errors import InvalidArgument, InvalidInput, InvalidSignature
+from legato.limits import parse_json_text
 
 EVENT_ID_HEADER = "Legato-Event-Id"
 EVENT_TYPE_HEADER = "Legato-Event-Type"
@@ -24,6 +24,7 @@ TIMESTAMP_HEADER = "Legato-Timestamp"
 SIGNATURE_HEADER = "Legato-Signature"
 SIGNATURE_VERSION = "v1"
 DEFAULT_TOLERANCE = 300.0  # seconds a signed request stays acceptable
+MAX_TOLERANCE = 86_400.0 * 366  # a year: past that a stamp proves nothing
 
 
 class EventType(StrEnum):
@@ -67,22 +68,36 @@ def verify(
             f"the request has no {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header: "
             "it was not sent by the Legato relay"
         )
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        raise InvalidSignature(f"{TIMESTAMP_HEADER} {stamp[:40]!r} is not Unix seconds") from None
+    if not (isinstance(tolerance, int | float) and 0 <= tolerance <= MAX_TOLERANCE):
+        raise InvalidArgument(
+            f"tolerance={tolerance!r} is not a number of seconds from 0 to {MAX_TOLERANCE:.0f}: "
+            f"pass how old a signed request may be (default {DEFAULT_TOLERANCE:.0f})"
+        )
+    # Unix seconds fit in 12 digits for tens of thousands of years; a longer stamp would
+    # overflow the float arithmetic below.
+    digits = stamp.strip().removeprefix("-")
+    if not (digits.isascii() and digits.isdecimal() and len(digits) <= 12):
+        raise InvalidSignature(f"{TIMESTAMP_HEADER} {stamp[:40]!r} is not Unix seconds")
+    timestamp = int(stamp)
     age = (time.time() if now is None else now) - timestamp
     if abs(age) > tolerance:
         raise InvalidSignature(
             f"{TIMESTAMP_HEADER} is {age:.0f}s away from now (tolerance {tolerance:.0f}s): "
             "a replayed request, or a clock out of sync"
         )
-    if not hmac.compare_digest(sign(secret, timestamp, raw), signature.strip()):
+    # Bytes, not str: compare_digest refuses a str with non-ASCII characters, and the
+    # header is whatever the sender put there.
+    expected = sign(secret, timestamp, raw).encode()
+    if not hmac.compare_digest(expected, signature.strip().encode("utf-8", "replace")):
         raise InvalidSignature(
             f"{SIGNATURE_HEADER} does not match the body: a different secret, or a body "
             "changed after signing (verify the raw bytes received)"
         )
-    event = json.loads(raw)
+    try:
+        text = raw.decode("utf-8")
+        event = parse_json_text(text, "the signed body", f"{len(raw):,} bytes")
+    except (UnicodeDecodeError, InvalidInput) as error:
+        raise InvalidSignature(f"the signed body is not a Legato event: {error}") from None
     if not isinstance(event, dict):
         raise InvalidSignature("the signed body is not a JSON object")
     return event

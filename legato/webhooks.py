@@ -30,7 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato.engine.repositories import outbox
 from legato.engine.repositories.outbox import Delivery, Endpoint
-from legato.errors import InvalidWebhook, WebhookNotFound
+from legato.errors import InvalidArgument, InvalidWebhook, WebhookNotFound
+from legato.limits import name_problem
 from legato.webhook_signature import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE
 from legato.webhook_signature import EVENT_ID_HEADER as EVENT_ID_HEADER
 from legato.webhook_signature import EVENT_TYPE_HEADER as EVENT_TYPE_HEADER
@@ -39,6 +40,9 @@ from legato.webhook_signature import TIMESTAMP_HEADER as TIMESTAMP_HEADER
 from legato.webhook_signature import EventType, sign, verify
 
 MAX_URL_CHARS = 2048
+MAX_SECRET_CHARS = 1024
+MAX_ID = 2**63 - 1  # the ids are bigint
+MAX_LISTED = 10_000
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -67,8 +71,7 @@ def check_endpoint(
     ``InvalidWebhook`` naming what is wrong; pure."""
     if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
         raise InvalidWebhook(f"webhook URL must be a string of at most {MAX_URL_CHARS} characters")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+    if not _is_url(url):
         raise InvalidWebhook(
             f"webhook URL {url[:80]!r} is not an absolute http:// or https:// URL "
             "(e.g. https://hooks.example.com/legato)"
@@ -78,16 +81,57 @@ def check_endpoint(
             "webhook secret must not be empty: receivers verify signatures with it "
             "(e.g. `openssl rand -hex 32`)"
         )
+    if len(secret) > MAX_SECRET_CHARS or not secret.isprintable():
+        raise InvalidWebhook(
+            f"webhook secret must be at most {MAX_SECRET_CHARS} printable characters "
+            "(e.g. `openssl rand -hex 32`)"
+        )
     known = [e.value for e in EventType]
-    chosen = tuple(known) if events is None else tuple(dict.fromkeys(events))
+    chosen = tuple(known) if events is None else _names("event types", events)
     unknown = [e for e in chosen if e not in known]
     if unknown or not chosen:
         problem = f"unknown webhook event type {unknown[0]!r}" if unknown else "no event types"
         raise InvalidWebhook(f"{problem}: choose from {', '.join(known)}")
-    names = None if workflows is None else tuple(dict.fromkeys(workflows))
-    if names is not None and (not names or any(not n.strip() for n in names)):
+    names = None if workflows is None else _names("workflows", workflows)
+    if names is not None and not names:
         raise InvalidWebhook("webhook workflow names must not be empty; omit them for every one")
+    for name in names or ():
+        name_wrong = name_problem(name)
+        if name_wrong is not None:
+            raise InvalidWebhook(f"webhook workflow name {name[:80]!r} {name_wrong}")
     return chosen, names
+
+
+def _is_url(url: str) -> bool:
+    """Whether ``url`` is an absolute http(s) URL with a host and, if any, a valid port."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is no port)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _names(what: str, values: Iterable[str]) -> tuple[str, ...]:
+    """``values`` as a tuple of distinct strings; a lone string is refused, since
+    iterating it would subscribe its letters."""
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise InvalidWebhook(
+            f"webhook {what} must be a list of strings, not {values!r:.80}: e.g. [{values!r:.80}]"
+        )
+    return tuple(dict.fromkeys(values))
+
+
+def _check_id(what: str, value: object) -> int:
+    """``value`` as a stored id, or ``InvalidArgument``; an id no row can have is
+    ``WebhookNotFound`` (PostgreSQL's bigint would refuse it)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} {value!r:.80} must be a whole number (an id from the list)")
+    if not 1 <= value <= MAX_ID:
+        raise WebhookNotFound(f"no {what} {value}: ids are whole numbers from 1 to {MAX_ID}")
+    return value
 
 
 async def add_endpoint(
@@ -116,6 +160,7 @@ async def list_endpoints(engine: AsyncEngine) -> list[Endpoint]:
 async def remove_endpoint(engine: AsyncEngine, endpoint_id: int) -> None:
     """Unsubscribe an endpoint, dropping its undelivered events and dead letters. Raises
     ``WebhookNotFound``."""
+    _check_id("webhook endpoint", endpoint_id)
     async with engine.begin() as conn:
         if not await outbox.remove_endpoint(conn, endpoint_id):
             raise WebhookNotFound(
@@ -127,7 +172,9 @@ async def dead_letters(
     engine: AsyncEngine, limit: int = 50, *, pending: bool = False
 ) -> list[Delivery]:
     """Dead-lettered deliveries, newest first (or, with ``pending``, those still being
-    tried, next due first)."""
+    tried, next due first), at most ``limit`` (1 to 10,000)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTED:
+        raise InvalidArgument(f"limit={limit!r:.80} must be a whole number from 1 to {MAX_LISTED}")
     async with engine.connect() as conn:
         return await outbox.entries(conn, dead=not pending, limit=limit)
 
@@ -135,6 +182,7 @@ async def dead_letters(
 async def delivery(engine: AsyncEngine, delivery_id: int) -> Delivery:
     """One delivery (pending or dead). Raises ``WebhookNotFound`` (a delivered one is
     deleted)."""
+    _check_id("outbox delivery", delivery_id)
     async with engine.connect() as conn:
         found = await outbox.get(conn, delivery_id)
     if found is None:
@@ -149,6 +197,11 @@ async def replay(engine: AsyncEngine, delivery_ids: Sequence[int] | None = None)
     """Deliver dead letters again, with a fresh attempt budget: ``delivery_ids``, or every
     dead letter (None). Returns the ids replayed; raises ``WebhookNotFound`` (replaying
     none) when one of ``delivery_ids`` is not a dead letter."""
+    if delivery_ids is not None:
+        if isinstance(delivery_ids, str | bytes):
+            raise InvalidArgument(f"delivery_ids={delivery_ids!r:.80} must be a list of ids")
+        for delivery_id in delivery_ids:
+            _check_id("outbox delivery", delivery_id)
     async with engine.begin() as conn:
         replayed = await outbox.replay(conn, delivery_ids)
         missing = sorted(set(delivery_ids or ()) - set(replayed))

@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
-import re
 import sys
 from typing import Any
 
@@ -42,53 +40,14 @@ from legato.errors import (
     PayloadTooLarge,
 )
 from legato.flow import InputValidationError
+from legato.limits import parse_json_text
 from legato.schema import RunStatus
 
 MAX_LIMIT = 1000  # Client.list_runs' page size limit
 _limit = number_in(int, 1, MAX_LIMIT, f"a number of runs (1 to {MAX_LIMIT})")
 
 
-MAX_JSON_DEPTH = 64
 MAX_STDIN_BYTES = 16 << 20
-_JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
-
-
-def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
-    """How deeply JSON ``text`` nests arrays and objects, counted without parsing it
-    (brackets inside strings do not count) and only up to ``limit + 1``.
-
-    ``json.loads`` recurses once per level: a deep enough input exhausts the stack, so
-    the depth is checked first."""
-    depth = deepest = 0
-    for token in _JSON_STRING_OR_BRACKET.finditer(text):
-        first = text[token.start()]
-        if first in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    break
-        elif first in "]}":
-            depth -= 1
-    return deepest
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON (use null, a number or a string)")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text} is out of range for a JSON number")
-    return number
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:  # past Python's 4,300-digit limit on converting text to int
-        raise ValueError(f"a {len(text):,}-digit number is too long") from None
 
 
 def parse_json(value: str | None, option: str) -> JsonValue:
@@ -104,25 +63,7 @@ def parse_json(value: str | None, option: str) -> JsonValue:
             value = data.decode("utf-8")
         except UnicodeDecodeError as error:
             raise InvalidInput(f"{option} @-: stdin is not UTF-8 text: {error}") from None
-    if json_depth(value) > MAX_JSON_DEPTH:
-        raise InvalidInput(
-            f"{option} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep "
-            f"(got {shown(value)})"
-        )
-    try:
-        parsed: JsonValue = json.loads(
-            value, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
-        )
-    except ValueError as error:  # JSONDecodeError, NaN, 1e400, an int of 5,000 digits
-        raise InvalidInput(f"{option} is not valid JSON: {error} (got {shown(value)})") from None
-    try:  # "\ud800" parses, but no UTF-8 text (and so no jsonb) can hold it
-        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(
-            f"{option} holds a lone UTF-16 surrogate (\\ud800 to \\udfff not in a pair): "
-            f"{shown(value)}"
-        ) from None
-    return parsed
+    return parse_json_text(value, option, shown(value))
 
 
 async def _runs_list(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ from legato.errors import (
     RunNotFound,
     UnknownWorkflow,
 )
+from legato.limits import check_name, parse_json_text
 from legato.models import HistoryEvent
 from legato.ui import graph, timeline, views
 from legato.ui.filters import is_whole_number, parse_filter, single_values
@@ -306,7 +307,7 @@ class Dashboard:
         return self.page(request, "workflows.html", versions=versions)
 
     async def workflow(self, request: Request) -> Response:
-        name = request.path_params["name"]
+        name = check_name("workflow", request.path_params["name"], InvalidArgument)
         text = request.path_params["version"]
         if not is_whole_number(text) or len(text) > 9:
             raise InvalidArgument(f"version {text[:40]!r} must be a whole number, e.g. 1")
@@ -378,10 +379,8 @@ class Dashboard:
         run_id = as_run_id(request.path_params["run_id"])
         form = await self.form(request)
         name = form.get("name", "").strip()
-        try:
-            payload: JsonValue = json.loads(form.get("payload") or "null")
-        except json.JSONDecodeError as error:
-            raise InvalidInput(f"the signal's payload is not valid JSON: {error}") from None
+        text = form.get("payload") or "null"
+        payload = parse_json_text(text, "the signal's payload")
         run = (await self.client.get_run(run_id)).run
         stored = await self.spec(run.workflow_name, run.workflow_version)
         spec = None if stored is None else stored.spec
@@ -474,7 +473,8 @@ def create_app(
         Route("/runs/{run_id}/resume", ui.resume, methods=["POST"], name="resume"),
         Route("/runs/{run_id}/rerun", ui.rerun, methods=["POST"], name="rerun"),
         Route("/workflows", ui.workflows, name="workflows"),
-        Route("/workflows/{name}/{version}", ui.workflow, name="workflow"),
+        # A workflow's name may hold "/": the version is the last segment.
+        Route("/workflows/{name:path}/{version}", ui.workflow, name="workflow"),
         Route("/queues", ui.queues, name="queues"),
         Route("/quarantine", ui.quarantine, name="quarantine"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

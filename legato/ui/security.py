@@ -47,7 +47,9 @@ def header(scope: Scope, wanted: bytes) -> str | None:
 
 
 def same(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and hmac.compare_digest(a.encode(), b.encode())
+    """Whether two secrets match; an empty one matches nothing (an empty CSRF cookie and
+    an empty form field are no proof of anything)."""
+    return bool(a) and bool(b) and hmac.compare_digest(str(a).encode(), str(b).encode())
 
 
 def cookie_path(scope: Scope) -> str:
@@ -176,7 +178,7 @@ class TokenGuard:
         if same(query.get("token"), self.token) and scope["method"] == "GET":
             # Trade the token in the address for a cookie, and drop it from the address.
             rest = urlencode({k: v for k, v in query.items() if k != "token"})
-            location = scope["path"] + (f"?{rest}" if rest else "")
+            location = same_site_path(scope["path"]) + (f"?{rest}" if rest else "")
             await _respond(
                 send,
                 303,
@@ -201,6 +203,13 @@ class TokenGuard:
             b"...?token=TOKEN, or send 'Authorization: Bearer TOKEN'\n",
             [(b"content-type", b"text/plain; charset=utf-8"), (b"www-authenticate", b"Bearer")],
         )
+
+
+def same_site_path(path: str) -> str:
+    """``path`` as a redirect that stays on this site: a browser reads ``//host/...``
+    and ``/\\host/...`` as another host's address, so leading slashes and backslashes
+    collapse into one slash."""
+    return "/" + path.lstrip("/\\")
 
 
 def bearer_token(authorization: str | None) -> str | None:

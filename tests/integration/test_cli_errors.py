@@ -267,7 +267,7 @@ UNKNOWN = str(uuid7())
 # (arguments, fragments of the error line, exit status); {run} is the seeded run's id.
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
     # JSON
-    "start deep input": (("runs", "start", "signup", "--input", DEEP), ("64 levels",), 1),
+    "start deep input": (("runs", "start", "signup", "--input", DEEP), ("100 levels",), 1),
     "start NaN": (("runs", "start", "signup", "--input", "NaN"), ("NaN", "'NaN'"), 1),
     "start Infinity": (
         ("runs", "start", "signup", "--input", '{"a": -Infinity}'),
@@ -289,7 +289,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
     ),
     "signal deep payload": (
         ("runs", "signal", "{run}", "signup.confirmed", "--payload", DEEP),
-        ("64 levels",),
+        ("100 levels",),
         1,
     ),
     "signal NaN": (
@@ -304,7 +304,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
     ),
     "emit deep payload": (
         ("runs", "emit", "signup.confirmed", "--payload", DEEP),
-        ("64 levels",),
+        ("100 levels",),
         1,
     ),
     "emit Infinity": (
@@ -750,7 +750,7 @@ async def test_the_real_process_prints_one_line(seeded: Seeded) -> None:
         (legato("runs", "list", "--limit", "5000", url=seeded.url), "'5000'"),
         (
             legato("runs", "start", "signup", "--input", "@-", stdin=DEEP.encode(), url=seeded.url),
-            "64 levels",
+            "100 levels",
         ),
         (legato("runs", "start", "signup", "--input", "NaN", url=seeded.url), "NaN"),
         (legato("bench", "--concurrency", "0"), "--concurrency"),

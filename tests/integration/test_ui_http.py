@@ -121,6 +121,20 @@ async def test_actions_refused_without_csrf_and_when_read_only(client: Client) -
             data={"csrf": token, "name": "signup.confirmed", "payload": "{nope"},
         )
         assert bad_json.status_code == 400 and "not valid JSON" in bad_json.text
+        for payload, says in [
+            ("[" * 5000 + "]" * 5000, "more than 100 levels deep"),
+            ('{"n": ' + "9" * 5000 + "}", "5,000-digit number is too long"),
+            ("NaN", "not JSON"),
+        ]:
+            refused = await web.post(
+                f"/runs/{handle.run_id}/signal",
+                data={"csrf": token, "name": "signup.confirmed", "payload": payload},
+            )
+            assert refused.status_code == 400 and says in refused.text, refused.text[:300]
+        empty = await web.post(
+            f"/runs/{handle.run_id}/cancel", data={"csrf": ""}, cookies={"legato_csrf": ""}
+        )
+        assert empty.status_code == 403 and "CSRF" in empty.text
         bad_model = await web.post(
             f"/runs/{handle.run_id}/signal",
             data={"csrf": token, "name": "signup.confirmed", "payload": '{"cod": 1}'},
@@ -176,6 +190,8 @@ async def test_token_is_required_when_set(client: Client) -> None:
         ("/?limit=%C2%B2", 400, "limit"),
         ("/?version=0", 400, "version"),
         ("/workflows/nope/1", 404, "no stored version"),
+        ("/workflows/a%00b/1", 400, "unprintable character U+0000"),
+        ("/workflows/team/signup/1", 404, "of workflow &#39;team/signup&#39;"),
         ("/no/such/page", 404, "no page"),
         (f"/runs/{uuid.uuid4()}/events", 404, "no run"),
     ],

@@ -15,6 +15,7 @@ from legato.models import RunFilter
 from legato.schema import RunStatus, TaskState, uuid7
 from legato.ui.filters import MAX_LIMIT, parse_filter
 from legato.ui.graph import PENDING, node_states, render_svg
+from legato.ui.security import same, same_site_path
 
 
 def test_filter_parses_every_field() -> None:
@@ -135,3 +136,23 @@ def test_serving_beyond_loopback_needs_a_token() -> None:
     check_exposure("0.0.0.0", "s3cret")
     with pytest.raises(ConfigurationError, match=r"--host '0\.0\.0\.0'.*--token"):
         check_exposure("0.0.0.0", None)
+
+
+@pytest.mark.parametrize(
+    ("path", "redirect"),
+    [
+        ("/workflows", "/workflows"),
+        ("//evil.example/", "/evil.example/"),
+        ("/\\evil.example", "/evil.example"),
+        ("\\/\\/evil.example", "/evil.example"),
+    ],
+)
+def test_the_token_visit_redirects_within_the_site(path: str, redirect: str) -> None:
+    assert same_site_path(path) == redirect
+
+
+def test_an_empty_secret_matches_nothing() -> None:
+    assert not same("", "")
+    assert not same(None, None)
+    assert not same("", "x")
+    assert same("x", "x")

@@ -6,11 +6,19 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from legato import InvalidSignature, InvalidWebhook, RunStatus, webhooks
+from legato import (
+    InvalidSignature,
+    InvalidWebhook,
+    RunStatus,
+    WebhookNotFound,
+    create_engine,
+    webhooks,
+)
 from legato.engine.decider.model import Action, AppendEvent, FinishRun, TaskError
 from legato.engine.loops.relay import (
     RelaySettings,
@@ -20,7 +28,7 @@ from legato.engine.loops.relay import (
     retry_delay,
 )
 from legato.engine.repositories.outbox import Delivery
-from legato.errors import ConfigurationError
+from legato.errors import ConfigurationError, InvalidArgument
 
 SECRET = "whsec-0123456789"
 NOW = 1_700_000_000.0
@@ -109,6 +117,13 @@ def test_a_forged_tampered_or_replayed_request_is_refused(change: str, message: 
         ("https://example.com/x", "   ", None, "secret must not be empty"),
         ("https://example.com/x", "s", ["run.started", "run.exploded"], "'run.exploded'"),
         ("https://example.com/x", "s", [], "no event types"),
+        ("http://[::1/x", "s", None, "not an absolute http"),
+        ("https://example.com:abc/x", "s", None, "not an absolute http"),
+        ("https://example.com:99999/x", "s", None, "not an absolute http"),
+        ("https://exa\x00mple.com/x", "s", None, "not an absolute http"),
+        ("https://example.com/x", "s\x00", None, "printable"),
+        ("https://example.com/x", "s" * 1025, None, "at most 1024"),
+        ("https://example.com/x", "s", "run.failed", "must be a list of strings"),
     ],
 )
 def test_a_bad_endpoint_is_refused_by_name(
@@ -169,3 +184,96 @@ def test_a_decision_writes_started_on_the_first_decision_and_its_finish() -> Non
     assert json.dumps(failed.payload, sort_keys=True) == json.dumps(
         {"status": "FAILED", "error": refused.model_dump(mode="json")}, sort_keys=True
     )
+
+
+@pytest.mark.parametrize(
+    ("workflows", "message"),
+    [
+        ("signup", "must be a list of strings"),
+        (["sign\x00up"], "unprintable character U\\+0000"),
+        (["w" * 201], "over the 200-character limit"),
+        ([" signup"], "must not start or end with a space"),
+        ([7], "must be a list of strings"),
+    ],
+)
+def test_an_endpoints_workflows_are_names(workflows: object, message: str) -> None:
+    with pytest.raises(InvalidWebhook, match=message):
+        webhooks.check_endpoint("https://example.com/x", "s", None, workflows)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        (webhooks.SIGNATURE_HEADER, "v1=\u00e9"),  # compare_digest refuses non-ASCII str
+        (webhooks.TIMESTAMP_HEADER, "9" * 400),  # past a float: OverflowError once
+        (webhooks.TIMESTAMP_HEADER, "1e9"),
+        (webhooks.TIMESTAMP_HEADER, "\u0661\u0662"),  # Arabic-Indic digits: int() takes them
+    ],
+)
+def test_hostile_headers_are_an_invalid_signature(header: str, value: str) -> None:
+    delivery = _delivery()
+    body = body_of(delivery)
+    headers = headers_of(delivery, body, NOW)
+    headers[header] = value
+    with pytest.raises(InvalidSignature):
+        webhooks.verify(SECRET, body, headers, now=NOW)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"\xff\xfe", b"[" * 5000 + b"]" * 5000, b'{"n": ' + b"9" * 5000 + b"}"],
+)
+def test_a_signed_body_that_is_no_event_is_an_invalid_signature(body: bytes) -> None:
+    headers = {
+        webhooks.TIMESTAMP_HEADER: str(int(NOW)),
+        webhooks.SIGNATURE_HEADER: webhooks.sign(SECRET, int(NOW), body),
+    }
+    with pytest.raises(InvalidSignature, match="not a Legato event"):
+        webhooks.verify(SECRET, body, headers, now=NOW)
+
+
+@pytest.mark.parametrize("tolerance", [float("nan"), -1.0, float("inf"), "300"])
+def test_a_tolerance_that_is_no_number_of_seconds_is_refused(tolerance: object) -> None:
+    delivery = _delivery()
+    body = body_of(delivery)
+    with pytest.raises(InvalidArgument, match="tolerance"):
+        webhooks.verify(
+            SECRET,
+            body,
+            headers_of(delivery, body, NOW),
+            now=NOW,
+            tolerance=tolerance,  # type: ignore[arg-type]
+        )
+
+
+NEVER_CONNECTED = create_engine("postgresql://app@localhost/app")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: webhooks.remove_endpoint(NEVER_CONNECTED, 2**70), WebhookNotFound, "no webhook"),
+        (
+            lambda: webhooks.remove_endpoint(NEVER_CONNECTED, "1"),  # type: ignore[arg-type]
+            InvalidArgument,
+            "whole number",
+        ),
+        (lambda: webhooks.remove_endpoint(NEVER_CONNECTED, True), InvalidArgument, "whole number"),
+        (lambda: webhooks.delivery(NEVER_CONNECTED, 0), WebhookNotFound, "no outbox delivery 0"),
+        (lambda: webhooks.replay(NEVER_CONNECTED, [2**70]), WebhookNotFound, "no outbox"),
+        (
+            lambda: webhooks.replay(NEVER_CONNECTED, "12"),  # type: ignore[arg-type]
+            InvalidArgument,
+            "list of ids",
+        ),
+        (lambda: webhooks.dead_letters(NEVER_CONNECTED, -1), InvalidArgument, "limit=-1"),
+        (lambda: webhooks.dead_letters(NEVER_CONNECTED, 2**70), InvalidArgument, "limit="),
+    ],
+)
+async def test_ids_and_limits_no_row_can_match_are_refused_before_any_query(
+    call: Callable[[], Awaitable[object]], error: type[Exception], message: str
+) -> None:
+    """Refused by the checks (the engine is never connected to: a query would fail
+    with a connection error instead)."""
+    with pytest.raises(error, match=message):
+        await call()
