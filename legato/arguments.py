@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import TypeGuard
 
 from legato.errors import ConfigurationError, InvalidArgument, InvalidRunId
+from legato.limits import MAX_DURATION
 from legato.schema import RunStatus
 
 RunId = uuid.UUID | str
@@ -162,6 +163,24 @@ def check_aware(option: str, value: object) -> datetime:
             "e.g. datetime.now(UTC) + timedelta(hours=1)"
         )
     return value
+
+
+def check_start_at(value: object, now: datetime) -> datetime:
+    """When a run starts: a timezone-aware ``datetime`` within ``MAX_DURATION`` of
+    ``now`` either way (a time in the past starts the run at once), else
+    ``InvalidArgument`` (a time at the ends of the calendar is no schedule, and
+    PostgreSQL would store it as an infinity)."""
+    moment = check_aware("start_at", value)
+    try:
+        far = abs(moment - now) > MAX_DURATION
+    except OverflowError:
+        far = True
+    if far:
+        raise InvalidArgument(
+            f"start_at={moment.isoformat()} is more than {MAX_DURATION.days} days from now: "
+            "pass a time within that, or start the run later"
+        )
+    return moment
 
 
 def check_limit(limit: object) -> None:

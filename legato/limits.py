@@ -23,6 +23,10 @@ from legato.errors import InvalidInput, LegatoError
 MAX_NAME_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_BYTES = 512
 MAX_JSON_DEPTH = 100
+# Python converts integers of at most 4,300 digits to and from text (the interpreter's
+# default limit): a longer one could be stored, but no reader could load it again.
+MAX_JSON_DIGITS = 4_299
+MAX_JSON_INT = 10**MAX_JSON_DIGITS
 MAX_ERROR_MESSAGE_CHARS = 4_000
 MAX_TRACEBACK_CHARS = 8_000
 # The largest value of the int4 ``priority`` columns.
@@ -112,7 +116,11 @@ def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     stack: list[tuple[object, int, str]] = [(value, 1, "$")]
     while stack:
         item, depth, path = stack.pop()
-        if item is None or isinstance(item, bool | int):
+        if item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if not -MAX_JSON_INT < item < MAX_JSON_INT:
+                return f"{path} is an integer of more than {MAX_JSON_DIGITS:,} digits"
             continue
         if isinstance(item, float):
             if not math.isfinite(item):

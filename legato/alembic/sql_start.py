@@ -1,6 +1,6 @@
 """The body of ``start_run_v1()`` (migration 0013), shared by the migrations that define
 it: 0013 creates it, 0018 replaces it with stricter checks of ``delay``, the name and
-the keys. A migration's
+the keys, 0022 with the checks of the input's shape. A migration's
 function must not change when this module does, so each variant is a parameter and
 0013's text is what the defaults give."""
 
@@ -67,16 +67,43 @@ PRINTABLE_CHECK = """\
 """
 
 
+# 0022's: an input Client.start refuses is refused here too: nested deeper than 100
+# levels (legato.limits.MAX_JSON_DEPTH; json.loads recurses once a level, so a deeper one
+# stopped every decider that loaded the run), or holding a number of 4,300 digits or more
+# before its point (Python's limit on converting text to int: no reader could load it).
+JSON_SHAPE_CHECK = """\
+    IF jsonb_path_exists(start_run_v1.input, 'strict $.**{100 to last} ? '
+                         '(@.type() == "object" || @.type() == "array")') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('legato: start_run_v1() input of workflow %s nests arrays and '
+                             || 'objects more than 100 levels deep', quote_literal(workflow)),
+            HINT = 'pass a flatter value, or store the document in a table of your own and '
+                   || 'pass its id';
+    END IF;
+    IF jsonb_path_exists(start_run_v1.input, 'strict $.** ? (@.type() == "number" '
+                         '&& (@ >= 1e4299 || @ <= -1e4299))') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('legato: start_run_v1() input of workflow %s holds a number of '
+                             || 'more than 4299 digits', quote_literal(workflow)),
+            HINT = 'pass such a number as a string';
+    END IF;
+"""
+
+
 def start_run_function(
     schema: str,
     *,
     create: str = "CREATE",
     delay_check: str = NEGATIVE_DELAY_CHECK,
     printable_check: str = "",
+    json_check: str = "",
 ) -> str:
     """The ``start_run_v1()`` definition: ``create`` is ``CREATE`` (0013) or ``CREATE OR
-    REPLACE`` (0018), ``delay_check`` the block refusing a bad delay, ``printable_check``
-    the block refusing names and keys ``Client.start`` refuses (0018; none in 0013)."""
+    REPLACE`` (0018, 0022), ``delay_check`` the block refusing a bad delay,
+    ``printable_check`` the block refusing names and keys ``Client.start`` refuses (0018;
+    none in 0013), ``json_check`` the block refusing inputs no reader can load (0022)."""
     s = _q(schema)
     # The limits are the Client's defaults as of this migration (legato.limits,
     # Client.max_payload_bytes, Client.idempotency_retention), written out: a
@@ -136,7 +163,7 @@ BEGIN
                              quote_literal(workflow), octet_length(start_run_v1.input::text)),
             HINT = 'store the large value in a table of your own and pass its id';
     END IF;
-
+{json_check}
     SELECT d.version INTO deployed_version
       FROM {s}.workflow_definitions AS d
      WHERE d.name = workflow AND d.deployed;

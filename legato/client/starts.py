@@ -13,7 +13,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from legato.arguments import RunId, as_run_id, check_aware
+from legato.arguments import RunId, as_run_id, check_start_at
 from legato.client.base import plain_json, schema_explained
 from legato.client.reads import RunReads
 from legato.debounce import Debounce
@@ -57,7 +57,7 @@ class StartingRuns(RunReads):
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key, InvalidArgument)
         if start_at is not None:
-            check_aware("start_at", start_at)
+            check_start_at(start_at, datetime.now(UTC))
         given_id = None if run_id is None else as_run_id(run_id)
         shards = await self.shards()
         chosen = None

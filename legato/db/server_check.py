@@ -67,7 +67,7 @@ async def server_version_num(conn: AsyncConnection) -> int:
 # The migration head this package's code expects: a constant, so that checking a
 # database at connect needs no Alembic import (tests/migration keeps it equal to the
 # head of legato/alembic/versions).
-HEAD_REVISION = "0021"
+HEAD_REVISION = "0022"
 
 
 def schema_mismatch(schema: str, applied: list[str], head: str) -> str:

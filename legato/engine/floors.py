@@ -27,8 +27,12 @@ def taken_floor(oldest: datetime) -> datetime:
     (a bitmap of 200,000 dead rows below it costs 7 ms a take, against 0.07 ms from the
     floor). A row stamped long before its commit (a start in a long transaction, a
     claim's lease given back) is taken by the next take from the oldest row, at least
-    once per poll interval."""
-    return oldest - FLOOR_SLACK
+    once per poll interval. A row stamped ``-infinity`` (written by SQL of one's own;
+    the driver reads it as the first moment of year 1) is its own floor."""
+    try:
+        return oldest - FLOOR_SLACK
+    except OverflowError:
+        return oldest
 
 
 class Floors(Generic[Scope]):

@@ -83,10 +83,16 @@ class Shards:
 
     def of_key(self, shard_key: str) -> int:
         """The key a caller's ``shard_key`` (a tenant, an account) maps to."""
-        if not isinstance(shard_key, str) or not shard_key or len(shard_key) > 200:
+        if (
+            not isinstance(shard_key, str)
+            or not shard_key
+            or len(shard_key) > 200
+            or not shard_key.isprintable()
+        ):
             raise InvalidArgument(
-                f"shard_key={shard_key!r} must be a non-empty string of at most 200 "
-                "characters (a tenant or account id), or None to spread runs by their id"
+                f"shard_key={shard_key!r:.100} must be a non-empty string of at most 200 "
+                "printable characters (a tenant or account id), or None to spread runs by "
+                "their id"
             )
         return tenant_hash(shard_key) % self.count
 

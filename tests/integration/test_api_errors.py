@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -118,6 +118,9 @@ async def test_bad_arguments_at_every_entry_point_are_typed_and_write_nothing(
     bare = Client(engine)  # no app: starts by name are checked as plain JSON
     before = await _rows(engine)
     naive = datetime(2030, 1, 1)
+    earliest = datetime.min.replace(tzinfo=UTC)  # PostgreSQL would store -infinity
+    east_min = datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))  # before year 1 in UTC
+    west_max = datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))  # after 9999 in UTC
     c: Any = client  # the calls below break the annotations on purpose
     b: Any = bare
     cases: list[tuple[type[LegatoError], str, Call]] = [
@@ -137,6 +140,11 @@ async def test_bad_arguments_at_every_entry_point_are_typed_and_write_nothing(
         (InvalidArgument, "must be a string", lambda: c.start(doubled, 1, idempotency_key=7)),
         (InvalidArgument, "timezone-aware", lambda: c.start(doubled, 1, start_at=naive)),
         (InvalidArgument, "timezone-aware", lambda: c.start(doubled, 1, start_at="tomorrow")),
+        (InvalidArgument, "3660 days from now", lambda: c.start(doubled, 1, start_at=earliest)),
+        (InvalidArgument, "3660 days from now", lambda: c.start(doubled, 1, start_at=east_min)),
+        (InvalidArgument, "3660 days from now", lambda: c.start(doubled, 1, start_at=west_max)),
+        (InvalidArgument, "printable", lambda: c.start(doubled, 1, shard_key="t\x00")),
+        (InvalidArgument, "printable", lambda: c.start(doubled, 1, shard_key="t\u200b")),
         (InvalidInput, "$ is nan", lambda: c.start(echoed, float("nan"))),
         (InvalidInput, "$.x[0] is inf", lambda: c.start(echoed, {"x": [float("inf")]})),
         (InvalidInput, "lone surrogate", lambda: c.start(echoed, {"s": "\ud800"})),
@@ -146,6 +154,7 @@ async def test_bad_arguments_at_every_entry_point_are_typed_and_write_nothing(
         (InvalidInput, "$ is nan", lambda: b.start("errs.echo", float("nan"))),
         (InvalidInput, "$ is a set", lambda: b.start("errs.echo", {1, 2})),
         (InvalidInput, "deeper than 100", lambda: b.start("errs.echo", _nested(50_000))),
+        (InvalidInput, "more than 4,299 digits", lambda: b.start("errs.echo", [10**5000])),
         (InvalidArgument, "takes a Workflow object", lambda: c.start_many("errs.double", [1])),
         (InvalidArgument, "sequence of inputs", lambda: c.start_many(doubled, "12")),
         (InvalidInput, "start_many() item 1: workflow", lambda: c.start_many(doubled, [1, "x", 3])),

@@ -198,6 +198,22 @@ async def test_a_delay_holds_the_first_decision(
         ("'receipt', shard_key => ''", "shard_key '' must be", "tenant or account id"),
         ("'receipt', idempotency_key => ''", "idempotency_key '' must be", "makes the start"),
         (
+            "'receipt', (repeat('[', 101) || repeat(']', 101))::jsonb",
+            "nests arrays and objects more than 100 levels deep",
+            "a flatter value",
+        ),
+        (
+            """'receipt', ('{"email": "a", "x": ' || repeat('[', 3000) || repeat(']', 3000)"""
+            """ || '}')::jsonb""",
+            "more than 100 levels deep",
+            "a flatter value",
+        ),
+        (
+            """'receipt', ('{"n": 1' || repeat('0', 5000) || '}')::jsonb""",
+            "a number of more than 4299 digits",
+            "as a string",
+        ),
+        (
             "'receipt', to_jsonb(repeat('x', 1048576))",
             "over the 1048576-byte limit",
             "a table of your own",

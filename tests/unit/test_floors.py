@@ -34,3 +34,10 @@ def test_a_take_that_says_nothing_of_what_it_left_keeps_the_floor() -> None:
 def test_the_floor_is_a_second_before_the_oldest_row_taken() -> None:
     oldest = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
     assert taken_floor(oldest) == oldest - timedelta(seconds=1)
+
+
+def test_a_row_stamped_at_the_start_of_the_calendar_is_its_own_floor() -> None:
+    """``-infinity`` reads as ``datetime.min``: the floor must not overflow (it crashed
+    every decider loop once such a row was taken)."""
+    earliest = datetime.min.replace(tzinfo=UTC)
+    assert taken_floor(earliest) == earliest

@@ -331,12 +331,26 @@ class DeciderLoop(Loop):
             hooks.decisions_committed(batch.facts, began)
         except Exception:
             if not claimed:
-                raise
+                # The batch's rows could not be read (a value no reader can load, stored
+                # by SQL of one's own): find its runs without reading them, so the run
+                # that cannot be read fails alone instead of stopping the loop. A
+                # connection that died fails this take too, and the tick is retried.
+                claimed = await self._runs_of_a_batch_not_read(keys)
+                if not claimed:
+                    raise
             # One bad run must not sink the batch: the batch rolled back, so decide the
             # same runs one by one, each in its own savepoint.
             hooks.decision_batch_failed(len(claimed), began)
             await self._one_by_one(keys, claimed)
         return len(claimed) >= self.batch_size
+
+    async def _runs_of_a_batch_not_read(self, keys: Sequence[int]) -> list[uuid.UUID]:
+        """The runs a take of ``keys`` returns now, their decide rows taken in a
+        transaction rolled back: the ids alone, nothing of the runs read."""
+        async with self.engine.connect() as conn, conn.begin() as transaction:
+            taken = await self._take(conn, keys, self.batch_size)
+            await transaction.rollback()
+        return list(taken.failures)
 
     async def _one_by_one(self, keys: Sequence[int], run_ids: Sequence[uuid.UUID]) -> None:
         began = time.time_ns()
