@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar, overload
 
-from pydantic import JsonValue, TypeAdapter
+from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from legato.context import TaskCancelled, TaskContext
-from legato.errors import FairShareKeyError
+from legato.errors import FairShareKeyError, InvalidOutput
 from legato.errors import TaskDefinitionError as TaskDefinitionError
 from legato.flow.fair_share import FairShare
 from legato.flow.spec import TaskSpec, TimeoutSpec
@@ -190,8 +191,23 @@ class TaskDefinition:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def dump_result(self, value: object) -> JsonValue:
-        """Serialise a return value to JSON."""
-        dumped: JsonValue = self._result.dump_python(value, mode="json")
+        """Serialise a return value to JSON: a value of the declared return type as it is;
+        another (a dict for a model, say) validated into that type first, or
+        ``InvalidOutput`` naming the task, its return type and what it returned."""
+        try:
+            dumped: JsonValue = self._result.dump_python(value, mode="json", warnings="error")
+        except PydanticSerializationError:
+            try:
+                fitted = self._result.validate_python(value)
+            except ValidationError as error:
+                returned = f"{type(value).__name__} {repr(value)[:80]}"
+                declared = getattr(self.return_type, "__name__", repr(self.return_type))
+                raise InvalidOutput(
+                    f"task {self.name!r} returned {returned}, which is not its declared return "
+                    f"type {declared}: {error.error_count()} problem(s), first: "
+                    f"{error.errors()[0]['msg']}; return a {declared}"
+                ) from None
+            dumped = self._result.dump_python(fitted, mode="json")
         return dumped
 
     async def invoke(self, ctx: TaskContext, args: JsonValue) -> JsonValue:
@@ -206,7 +222,7 @@ class TaskDefinition:
 
     def is_retryable(self, exc: BaseException) -> bool:
         """Whether a failed attempt that raised ``exc`` may be retried (budget permitting)."""
-        if isinstance(exc, TaskCancelled | TaskArgumentsError | FairShareKeyError):
+        if isinstance(exc, TaskCancelled | TaskArgumentsError | FairShareKeyError | InvalidOutput):
             return False
         if isinstance(exc, self.retry.dont_retry_on):
             return False

@@ -19,10 +19,10 @@ from pydantic import JsonValue
 
 from legato.arguments import as_run_id, check_flag, check_int_argument
 from legato.context import TaskCancelled, TaskContext
-from legato.errors import InvalidArgument, InvalidInput
+from legato.errors import InvalidArgument, InvalidInput, InvalidOutput
 from legato.flow import Task0, Task1, Task2, Task3, Task4, Task5
 from legato.flow.tasks import TaskArgumentsError, TaskDefinition, adapter_for
-from legato.limits import check_json, check_name
+from legato.limits import check_json, check_name, json_problem
 from legato.schema import uuid7
 
 R = TypeVar("R")
@@ -128,6 +128,13 @@ async def run_task(task: TaskDefinition, /, *inputs: Any, ctx: TaskContext | Non
         output = await task.invoke(context, args)
     except TaskArgumentsError as error:
         raise InvalidInput(str(error)) from None
+    # What the worker checks before it stores an output (the size limit aside, which is
+    # the worker's option): a value it would fail the attempt for raises here too.
+    problem = json_problem(output)
+    if problem is not None:
+        raise InvalidOutput(
+            f"task {task.name!r} returned a value that is not storable JSON: {problem}"
+        )
     return adapter_for(task.return_type).validate_python(output)
 
 

@@ -278,6 +278,20 @@ async def returns_nan(ctx: TaskContext, n: int) -> float:
     return float("nan")
 
 
+class Receipt(BaseModel):
+    total: int
+
+
+@task(retry=Retry(attempts=3, backoff=timedelta(seconds=30)))
+async def returns_wrong_type(ctx: TaskContext, n: int) -> Receipt:
+    return "not a receipt"  # type: ignore[return-value]  # what mypy would catch
+
+
+@task()
+async def returns_a_dict(ctx: TaskContext, n: int) -> Receipt:
+    return {"total": n}  # type: ignore[return-value]  # fits the model: validated into it
+
+
 def _one(name: str, fn: Any) -> Any:
     def body(flow: Flow[int]) -> Node[object]:
         return flow.run(fn, flow.input)
@@ -289,7 +303,9 @@ broken = _one("poison.broken", raises_broken)
 huge_error = _one("poison.huge_error", raises_huge)
 huge_output = _one("poison.huge_output", returns_huge)
 nan_output = _one("poison.nan", returns_nan)
-poison_app = App([broken, huge_error, huge_output, nan_output, doubled])
+wrong_type = _one("poison.wrong_type", returns_wrong_type)
+dict_output = _one("poison.dict", returns_a_dict)
+poison_app = App([broken, huge_error, huge_output, nan_output, wrong_type, dict_output, doubled])
 
 
 async def test_poison_tasks_fail_their_attempt_visibly_and_the_worker_goes_on(
@@ -303,6 +319,13 @@ async def test_poison_tasks_fail_their_attempt_visibly_and_the_worker_goes_on(
             (huge_error, 1, "ValueError: \\ud800mmm", True),
             (huge_output, 20_000, too_big, False),
             (nan_output, 1, "InvalidOutput: the task's return value is not storable JSON", False),
+            (
+                wrong_type,
+                1,
+                "InvalidOutput: task 'returns_wrong_type' returned str 'not a receipt', which is "
+                "not its declared return type Receipt",
+                False,
+            ),
         ]
         for flow, value, message, retryable in expectations:
             handle = await client.start(flow, value)
@@ -318,5 +341,6 @@ async def test_poison_tasks_fail_their_attempt_visibly_and_the_worker_goes_on(
             assert attempt.error.traceback is None or len(attempt.error.traceback) < 8_100
         # concurrency=1: a slot leaked by any of the above would leave this run waiting.
         assert await (await client.start(doubled, 21)).result(timeout=30) == 42
+        assert await (await client.start(dict_output, 3)).result(timeout=30) == {"total": 3}
         fits = await client.start(huge_output, 5_000)
         assert await fits.result(timeout=30) == "x" * 5_000

@@ -11,7 +11,17 @@ import pytest
 from pydantic import BaseModel
 
 from examples.signup import Active, Confirmed, Signup, User, activate, create_user, signup
-from legato import Flow, InvalidInput, Node, Retry, RunFailed, RunStatus, TaskCancelled, TaskContext
+from legato import (
+    Flow,
+    InvalidInput,
+    InvalidOutput,
+    Node,
+    Retry,
+    RunFailed,
+    RunStatus,
+    TaskCancelled,
+    TaskContext,
+)
 from legato import task as legato_task
 from legato import workflow as legato_workflow
 from legato.schema import TaskState
@@ -117,6 +127,23 @@ async def test_run_task_round_trips_arguments_and_result() -> None:
     assert active.confirmation == "1"
     with pytest.raises(InvalidInput, match="create_user"):
         await run_task(create_user, cast(Signup, {"mail": "x"}))
+
+
+@legato_task()
+async def not_a_number(ctx: TaskContext, n: int) -> float:
+    return float("nan")
+
+
+@legato_task()
+async def wrong_type(ctx: TaskContext, n: int) -> User:
+    return "ada"  # type: ignore[return-value]  # what mypy would catch
+
+
+async def test_run_task_refuses_the_outputs_a_worker_fails_the_attempt_for() -> None:
+    with pytest.raises(InvalidOutput, match="not storable JSON: \\$ is nan"):
+        await run_task(not_a_number, 1)
+    with pytest.raises(InvalidOutput, match="returned str 'ada', which is not its declared"):
+        await run_task(wrong_type, 1)
 
 
 @legato_task()
