@@ -69,7 +69,7 @@ class UnknownTask(LegatoError, LookupError):
 
 
 class ClientClosed(LegatoError, RuntimeError):
-    """A ``SyncClient`` used after ``close()``."""
+    """A ``Client`` or ``SyncClient`` used after ``close()``."""
 
 
 class InvalidInput(LegatoError):

@@ -79,7 +79,9 @@ class Client(StartingRuns, RunControls, RunReruns):
         )
 
     async def close(self) -> None:
-        """Stop listening for run events; dispose of the engine if the client made it."""
+        """Stop listening for run events; dispose of the engine if the client made it.
+        A call on the client afterwards raises ``ClientClosed``."""
+        self._closed = True
         await self._wakeups.close()
         if self._owns_engine:
             await self.engine.dispose()

@@ -23,6 +23,7 @@ from legato.engine.repositories import runs
 from legato.engine.repositories.runs import RunRow
 from legato.engine.transport.driver import DriverStatements
 from legato.errors import (
+    ClientClosed,
     ConfigurationError,
     InvalidInput,
     PayloadTooLarge,
@@ -31,6 +32,7 @@ from legato.errors import (
 )
 from legato.flow import App
 from legato.limits import check_json, json_size
+from legato.outages import as_unavailable
 from legato.run_wakeups import RunWakeups
 from legato.schema import RunStatus, Shards
 from legato.schema.types import strip_nul
@@ -53,15 +55,26 @@ _REMEMBERED_RUNS = 10_000
 def schema_explained(
     method: Callable[Concatenate[C, P], Awaitable[R]],
 ) -> Callable[Concatenate[C, P], Coroutine[Any, Any, R]]:
-    """A ``Client`` method whose statement on a table the schema lacks raises the typed
-    error saying what to do (``ClientBase._explain``), not the driver's ProgrammingError."""
+    """A ``Client`` method whose failures are the typed errors saying what to do, not
+    the driver's: ``ClientClosed`` after ``close()``; ``DatabaseUnavailable`` when the
+    database cannot be reached; the schema's state (``ClientBase._explain``) for a
+    statement on a table the schema lacks."""
 
     @wraps(method)
     async def explained(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        self._check_open()
         try:
             return await method(self, *args, **kwargs)
         except DBAPIError as error:
             await self._explain(error)
+            unavailable = as_unavailable(error, self.engine.url)
+            if unavailable is not None:
+                raise unavailable from error
+            raise
+        except OSError as error:  # the driver's connect, before SQLAlchemy wraps anything
+            unavailable = as_unavailable(error, self.engine.url)
+            if unavailable is not None:
+                raise unavailable from error
             raise
 
     return explained
@@ -96,6 +109,7 @@ class ClientBase:
         self.idempotency_retention = idempotency_retention
         self.poll_interval = float(poll_interval)
         self._owns_engine = owns_engine
+        self._closed = False
         self._wakeups = RunWakeups(engine, self.schema)
         self._versions = SpecVersions()
         self._driver = DriverStatements(engine)
@@ -106,6 +120,13 @@ class ClientBase:
         # A run's workflow never changes: signalling a run this client started or
         # signalled before needs no read (``_remember_workflow``).
         self._workflow_of: OrderedDict[uuid.UUID, str] = OrderedDict()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(
+                "this Client was closed: make a new one (Client.connect(...) or "
+                "Client(engine)), or close it only when done with it"
+            )
 
     def _remember_workflow(self, run_id: uuid.UUID, workflow_name: str) -> None:
         """Remember run ``run_id``'s workflow (it never changes), so a signal to it

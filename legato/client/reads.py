@@ -110,6 +110,7 @@ class RunReads(ClientBase):
         ``poll_interval`` seconds in case one is lost, so none is missed or repeated; to
         resume after a break, pass the last seq seen. Raises ``RunNotFound`` for an
         unknown run before yielding anything."""
+        self._check_open()
         events = self._follow(run_id, after_seq)
         try:
             async for event in events:

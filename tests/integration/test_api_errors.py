@@ -17,6 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from legato import (
     App,
     Client,
+    ClientClosed,
+    DatabaseUnavailable,
     Flow,
     InvalidArgument,
     InvalidInput,
@@ -32,6 +34,7 @@ from legato import (
     TaskContext,
     TaskState,
     UnknownWorkflow,
+    create_engine,
     task,
     uuid7,
     workflow,
@@ -344,3 +347,47 @@ async def test_poison_tasks_fail_their_attempt_visibly_and_the_worker_goes_on(
         assert await (await client.start(dict_output, 3)).result(timeout=30) == {"total": 3}
         fits = await client.start(huge_output, 5_000)
         assert await fits.result(timeout=30) == "x" * 5_000
+
+
+async def test_a_closed_client_refuses_every_call(database_url: str) -> None:
+    client = await Client.connect(database_url, app=App([doubled]))
+    await client.deploy()
+    handle = await client.start(doubled, 1)
+    await client.close()
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: client.start(doubled, 2),
+        lambda: client.get_run(handle.run_id),
+        lambda: client.signal(handle.run_id, "errs.go", None),
+        lambda: client.cancel(handle.run_id),
+        lambda: client.list_runs(),
+        lambda: client.result(handle.run_id, timeout=1),
+    ]
+    for call in calls:
+        with pytest.raises(ClientClosed, match="this Client was closed"):
+            await call()
+    with pytest.raises(ClientClosed):
+        async for _ in client.follow(handle.run_id):
+            pass
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://legato@127.0.0.1:1/legato",  # nothing listens on port 1
+        "postgresql://legato@no-such-host.invalid/legato",
+    ],
+)
+async def test_a_client_of_an_unreachable_database_says_so(url: str) -> None:
+    client = Client(create_engine(url, connect_args={"timeout": 5}))
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: client.start("errs.double", 1),
+        lambda: client.get_run(uuid7()),
+        lambda: client.list_runs(),
+        lambda: client.signal(uuid7(), "errs.go", None),
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(DatabaseUnavailable, match="cannot reach the database at"):
+                await call()
+    finally:
+        await client.engine.dispose()
