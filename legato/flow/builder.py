@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
+from legato.flow import flow_checks as checks
 from legato.flow.spec import (
     DEFAULT_CASE,
     INPUT_NODE_ID,
@@ -35,7 +36,6 @@ from legato.flow.spec import (
 )
 from legato.flow.spec import FailureInfo as FailureInfo
 from legato.flow.tasks import Task0, Task1, Task2, Task3, Task4, Task5, TaskDefinition
-from legato.limits import MAX_DURATION
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -86,6 +86,7 @@ class Switch(Generic[V]):
         raw = value.value if isinstance(value, enum.Enum) else value
         if not isinstance(raw, str | int | float | bool | None):
             raise SpecError(f"switch {self.node_id!r}: case value {value!r} is not a JSON scalar")
+        checks.storable(self._flow.name, f"switch {self.node_id!r}: case value {raw!r}", raw)
         label = _case_label(raw)
         if label in self._labels:
             raise SpecError(f"switch {self.node_id!r}: duplicate case {raw!r}")
@@ -188,7 +189,7 @@ class Flow(Generic[In]):
 
     def _refs(self, nodes: Iterable[Node[object]], what: str) -> tuple[str, ...]:
         refs = []
-        for node in nodes:
+        for node in checks.node_list(self.name, what, nodes):
             if not isinstance(node, Node) or node._flow is not self._erased():
                 raise SpecError(
                     f"workflow {self.name!r}: {what} {node!r} is not a node of this flow"
@@ -307,11 +308,7 @@ class Flow(Generic[In]):
         self, duration: timedelta, *, name: str | None = None, after: Sequence[Node[object]] = ()
     ) -> Node[None]:
         """Complete ``duration`` after the ``after`` nodes completed (or after the start)."""
-        if not isinstance(duration, timedelta) or not timedelta(0) <= duration <= MAX_DURATION:
-            raise SpecError(
-                f"workflow {self.name!r}: sleep duration {duration!r} must be a timedelta "
-                f"from 0 to {MAX_DURATION.days} days"
-            )
+        checks.duration(self.name, "the sleep duration", duration)
         node_id = self._new_id(name, "sleep")
         self._add(
             SleepNodeSpec(
@@ -337,7 +334,8 @@ class Flow(Generic[In]):
 
         On ``timeout`` the node fails, or completes with ``default`` if one is given.
         """
-        adapter = TypeAdapter[E](model)
+        adapter: TypeAdapter[E] = checks.event_adapter(self.name, event, model)
+        checks.one_model_per_event(self.name, event, model, self._event_models.get(event))
         has_default = not isinstance(default, _Missing)
         default_json: JsonValue = None
         if not isinstance(default, _Missing):
@@ -348,11 +346,9 @@ class Flow(Generic[In]):
                     f"workflow {self.name!r}: default of the wait for {event!r} "
                     f"is not a {getattr(model, '__name__', model)}: {exc}"
                 ) from exc
-        if timeout is not None and (not isinstance(timeout, timedelta) or timeout > MAX_DURATION):
-            raise SpecError(
-                f"workflow {self.name!r}: the wait for {event!r} has timeout {timeout!r}: "
-                f"give a timedelta of at most {MAX_DURATION.days} days, or none"
-            )
+            checks.storable(self.name, f"the default of the wait for {event!r}", default_json)
+        what = f"the timeout of the wait for {event!r}"
+        checks.duration(self.name, what, timeout, allow_none=True)
         node_id = self._new_id(name, event)
         self._add(
             EventNodeSpec(
@@ -440,8 +436,7 @@ class Flow(Generic[In]):
         """Run ``task`` once per element of ``items``; the output is the results in order."""
         if not isinstance(task, TaskDefinition) or task.arity != 1:
             raise SpecError(f"workflow {self.name!r}: map needs a task with exactly one input")
-        if max_concurrency is not None and max_concurrency < 1:
-            raise SpecError(f"workflow {self.name!r}: map max_concurrency must be >= 1")
+        checks.max_concurrency(self.name, max_concurrency)
         node_id = self._new_id(name, f"map-{task.name}")
         self._add(
             MapNodeSpec(
@@ -465,6 +460,7 @@ class Flow(Generic[In]):
         after: Sequence[Node[object]] = (),
     ) -> Node[R]:
         """Start ``workflow`` as a child run with ``input``; completes with its output."""
+        checks.child_workflow(self.name, workflow)
         node_id = self._new_id(name, f"child-{workflow.name}")
         self._add(
             ChildNodeSpec(
@@ -480,6 +476,7 @@ class Flow(Generic[In]):
 
     def on_failure(self, handler: Task1[FailureInfo, object]) -> None:
         """Run ``handler`` with the :class:`FailureInfo` when a node fails for good."""
+        checks.failure_handler(self.name, handler)
         if self._on_failure is not None:
             raise SpecError(f"workflow {self.name!r}: on_failure is already set")
         self._register(handler)

@@ -73,11 +73,26 @@ def _sleeps(duration: object) -> Callable[[], object]:
     return lambda: workflow("args.sleeps")(body)
 
 
+def _built(step: Callable[[Any], object]) -> Callable[[], object]:
+    """``@workflow`` of a body that does ``step`` (where the builder's checks run)."""
+
+    def body(flow: Flow[int]) -> Node[int]:
+        step(flow)
+        return flow.input
+
+    return lambda: workflow("args.built")(body)
+
+
 def _waits(timeout: object) -> Callable[[], object]:
     def body(flow: Flow[int]) -> Node[int]:
         return flow.wait_for_event("args.go", int, timeout=timeout)  # type: ignore[arg-type]
 
     return lambda: workflow("args.waits")(body)
+
+
+def _nan_case(flow: Flow[int]) -> None:
+    with flow.switch(flow.input) as switch, switch.case(float("nan")):  # type: ignore[arg-type]
+        flow.run(double, flow.input)
 
 
 async def _body(ctx: TaskContext, n: int) -> int:
@@ -283,10 +298,51 @@ CASES: dict[str, tuple[type[LegatoError], str, Callable[[], object]]] = {
         "execution_timeout must be a positive timedelta of at most 3660 days",
         lambda: workflow("args.slow", execution_timeout=HUGE),
     ),
-    "sleep huge": (SpecError, "sleep duration datetime.timedelta(days=999999999", _sleeps(HUGE)),
-    "sleep int": (SpecError, "sleep duration 5 must be a timedelta", _sleeps(5)),
-    "wait timeout huge": (SpecError, "the wait for 'args.go' has timeout", _waits(HUGE)),
-    "wait timeout int": (SpecError, "has timeout 5: give a timedelta", _waits(5)),
+    "sleep huge": (SpecError, "sleep duration is datetime.timedelta(days=999999999", _sleeps(HUGE)),
+    "sleep int": (SpecError, "sleep duration is 5, not a timedelta", _sleeps(5)),
+    "wait timeout huge": (SpecError, "the timeout of the wait for 'args.go' is", _waits(HUGE)),
+    "wait timeout int": (SpecError, "wait for 'args.go' is 5, not a timedelta", _waits(5)),
+    "run after a number": (
+        SpecError,
+        "after 5 must be a list of nodes",
+        _built(lambda f: f.run(double, f.input, after=5)),
+    ),
+    "run after one node": (
+        SpecError,
+        "after Node('$input') must be a list of nodes",
+        _built(lambda f: f.run(double, f.input, after=f.input)),
+    ),
+    "wait for a non-type": (
+        SpecError,
+        "payload type 5, which is no type pydantic can read",
+        _built(lambda f: f.wait_for_event("args.go", 5)),
+    ),
+    "wait default NaN": (
+        SpecError,
+        "default of the wait for 'args.go' is not storable JSON: $ is nan",
+        _built(lambda f: f.wait_for_event("args.go", float, default=float("nan"))),
+    ),
+    "one event two models": (
+        SpecError,
+        "the event 'args.go' is waited for with two payload types, int and str",
+        _built(lambda f: [f.wait_for_event("args.go", int), f.wait_for_event("args.go", str)]),
+    ),
+    "map max_concurrency str": (
+        SpecError,
+        "map max_concurrency='x' must be a whole number",
+        _built(lambda f: f.map(double, f.input, max_concurrency="x")),
+    ),
+    "child of a number": (
+        SpecError,
+        "flow.child() takes a workflow (made by @workflow), not 5",
+        _built(lambda f: f.child(5, f.input)),
+    ),
+    "on_failure of a number": (
+        SpecError,
+        "on_failure() takes a task of one input",
+        _built(lambda f: f.on_failure(5)),
+    ),
+    "switch case NaN": (SpecError, "is not storable JSON: $ is nan", _built(_nan_case)),
     "App of a number": (SpecError, "App(workflows) takes a list of workflows", lambda: App(5)),  # type: ignore[arg-type]
     "App of one workflow": (SpecError, "e.g. App([signup]), not <workflow", lambda: App(doubled)),  # type: ignore[arg-type]
 }
