@@ -21,6 +21,7 @@ from legato.db.server_check import check_server_version
 from legato.db.urls import resolve_url
 from legato.migrations import VERSION_TABLE
 from legato.schema import metadata
+from legato.schema.shards import shard_count_setting
 
 config = context.config
 schema = validate_schema_name(
@@ -37,7 +38,9 @@ def _lock_key() -> object:
 
 
 def run_with(connection: Connection) -> None:
-    check_server_version(connection)  # before the first write (the schema below)
+    # Both before the first write (the schema below): a bad setting writes nothing.
+    shard_count_setting(config.attributes.get("legato_shard_count"))
+    check_server_version(connection)
     # A session-level advisory lock serialises concurrent upgrades of one schema;
     # committed at once so each migration still runs in its own transaction. The wait
     # for it is unbounded (lock_timeout 0 for this transaction only): a second upgrade

@@ -46,6 +46,30 @@ def check_shard_count(count: object) -> int:
     return count
 
 
+#: The environment variable a new schema's key count is read from (``--shards`` wins).
+SHARD_COUNT_ENV = "LEGATO_SHARD_COUNT"
+
+
+def shard_count_setting(given: object = None) -> int | None:
+    """The key count a new schema gets: ``given`` (``--shards``, ``shard_count=``, an
+    Alembic attribute), else ``$LEGATO_SHARD_COUNT``, else None (the default). A bad
+    value is a ``ConfigurationError`` naming where it came from, raised before any
+    migration runs, so a bad setting writes nothing."""
+    if given is not None:
+        return check_shard_count(given)
+    raw = os.environ.get(SHARD_COUNT_ENV)
+    if raw is None:
+        return None
+    try:
+        return check_shard_count(int(raw.strip()))
+    except (ValueError, ConfigurationError):
+        raise ConfigurationError(
+            f"{SHARD_COUNT_ENV}={raw[:40]!r} must be a whole number from 1 to "
+            f"{MAX_SHARD_COUNT}: the number of shard keys a new schema gets (default "
+            f"{DEFAULT_SHARD_COUNT}); fix it or unset it"
+        ) from None
+
+
 def tenant_hash(key: str) -> int:
     """A stable 32-bit hash of a caller's shard key (the first four bytes of its MD5).
 

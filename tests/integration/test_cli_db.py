@@ -155,6 +155,18 @@ async def test_upgrade_fixes_the_shard_count_and_refuses_another(empty_database_
     assert "with 8 shard keys" in plain.stdout
 
 
+@pytest.mark.usefixtures("no_legato_env")
+async def test_a_bad_shard_count_variable_writes_nothing(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was read when migration 0011 ran: after 0001 to 0010 had created the schema."""
+    for bad in ("-1", "0", "abc", "300"):
+        monkeypatch.setenv("LEGATO_SHARD_COUNT", bad)
+        outcome = await run_legato("db", "upgrade", database_url=empty_database_url)
+        assert_one_line_error(outcome, f"LEGATO_SHARD_COUNT={bad!r}", "fix it or unset it")
+    assert await _schemas(empty_database_url) == set()
+
+
 def test_a_shard_count_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     for bad in ("0", "257", "x"):
         outcome = run_main(capsys, "db", "upgrade", "--shards", bad)

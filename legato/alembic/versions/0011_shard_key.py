@@ -23,7 +23,6 @@ Revises: 0010
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -37,7 +36,7 @@ from legato.alembic.ddl_0001 import (
     create_queue_notify_triggers_v1,
 )
 from legato.migrations import migration_schema, record_revision
-from legato.schema.shards import DEFAULT_SHARD_COUNT, check_shard_count
+from legato.schema.shards import DEFAULT_SHARD_COUNT, shard_count_setting
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -45,7 +44,6 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 SHARD_COUNT_ATTRIBUTE = "legato_shard_count"
-SHARD_COUNT_ENV = "LEGATO_SHARD_COUNT"
 
 # Each run-scoped table: (the column its key is computed from, the new primary key).
 _KEYED = {
@@ -106,14 +104,7 @@ def shard_count() -> int:
     """The key count this upgrade records (only read when ``installation`` is created)."""
     config = op.get_context().config
     attributes = config.attributes if config is not None else {}
-    raw = attributes.get(SHARD_COUNT_ATTRIBUTE) or os.environ.get(SHARD_COUNT_ENV)
-    if raw is None:
-        return DEFAULT_SHARD_COUNT
-    try:
-        value: object = int(raw)
-    except (TypeError, ValueError):
-        value = raw
-    return check_shard_count(value)
+    return shard_count_setting(attributes.get(SHARD_COUNT_ATTRIBUTE)) or DEFAULT_SHARD_COUNT
 
 
 def _notify_function(schema: str, table: str, channel: str) -> str:
