@@ -57,11 +57,32 @@ def resolve_url(url: str | None) -> URL:
     try:
         parsed = make_url(raw)
     except ArgumentError:
-        raise ConfigurationError(f"not a database URL: {_redacted(raw)}") from None
+        raise ConfigurationError(
+            f"not a database URL: {_redacted(raw)}: write it as "
+            "postgresql://user:password@host:5432/database"
+        ) from None
     except ValueError:  # SQLAlchemy's int() of the port: ``host:abc``, ``host:``
+        if "[" in raw and "]" not in raw:
+            raise ConfigurationError(
+                f"database URL {_redacted(raw)} opens an IPv6 address with '[' and never "
+                "closes it: write it as postgresql://user@[::1]:5432/database"
+            ) from None
         raise ConfigurationError(
             f"bad port in database URL {_redacted(raw)}: {_PORT_RULE}"
         ) from None
+    unknown = sorted(set(parsed.query) - _SUPPORTED_PARAMETERS)
+    if unknown:
+        hint = _INSTEAD.get(unknown[0], "")
+        raise ConfigurationError(
+            f"database URL parameter {unknown[0]!r} is not supported (Legato connects with "
+            f"asyncpg){hint}; supported: {', '.join(sorted(_SUPPORTED_PARAMETERS))}"
+        )
+    for mode in _query_values(parsed, "sslmode") + _query_values(parsed, "ssl"):
+        if mode not in _SSL_MODES:
+            raise ConfigurationError(
+                f"sslmode {mode[:40]!r} in the database URL is not one of "
+                f"{', '.join(_SSL_MODES)}"
+            )
     ports = [parsed.port, *_query_values(parsed, "port")]
     ports += [host.rpartition(":")[2] for host in _query_values(parsed, "host") if ":" in host]
     for port in ports:
@@ -82,6 +103,16 @@ def resolve_url(url: str | None) -> URL:
     return parsed.set(drivername="postgresql+asyncpg")
 
 
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+# libpq's names for what asyncpg calls otherwise, or sets elsewhere.
+_INSTEAD = {
+    "connect_timeout": ": use ?timeout=SECONDS for the connect timeout",
+    "options": ": set server settings with create_engine(connect_args={'server_settings': "
+    "{...}}), or on the role (ALTER ROLE ... SET ...)",
+    "keepalives": ": asyncpg keeps its own TCP keepalives",
+}
+
+
 # libpq parameters asyncpg takes from a DSN only, not as the keywords SQLAlchemy makes of
 # a URL's query: ``create_engine`` moves them into a DSN of their own in ``connect_args``
 # (the URL's host, port and database still win, being keywords).
@@ -94,6 +125,36 @@ DSN_ONLY_PARAMETERS = (
     "sslnegotiation",
     "ssl_min_protocol_version",
     "ssl_max_protocol_version",
+)
+
+
+# What a URL's query may hold: asyncpg's connect() keywords (SQLAlchemy hands the query
+# over as keywords), libpq's ``sslmode`` and the parameters set apart for a DSN.
+_SUPPORTED_PARAMETERS = frozenset(
+    {
+        "host",
+        "port",
+        "user",
+        "password",
+        "passfile",
+        "service",
+        "servicefile",
+        "database",
+        "timeout",
+        "command_timeout",
+        "statement_cache_size",
+        "prepared_statement_cache_size",
+        "max_cached_statement_lifetime",
+        "max_cacheable_statement_size",
+        "ssl",
+        "sslmode",
+        "direct_tls",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "application_name",
+        *DSN_ONLY_PARAMETERS,
+    }
 )
 
 

@@ -43,3 +43,27 @@ def test_schema_names_must_be_plain_identifiers(name: str) -> None:
 def test_schema_names_accepted() -> None:
     assert validate_schema_name("legato") == "legato"
     assert validate_schema_name("Tenant_2") == "Tenant_2"
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("postgresql://a@h/db?connect_timeout=5", "'connect_timeout' is not supported"),
+        ("postgresql://a@h/db?connect_timeout=5", "use ?timeout=SECONDS"),
+        ("postgresql://a@h/db?options=-c%20x%3Dy", "'options' is not supported"),
+        ("postgresql://a@h/db?nosuchparam=1", "'nosuchparam' is not supported"),
+        ("postgresql://a@h/db?sslmode=bogus", "sslmode 'bogus' in the database URL is not one"),
+        ("postgresql://[::1/db", "opens an IPv6 address with '['"),
+        ("notaurl", "write it as postgresql://user:password@host:5432/database"),
+    ],
+)
+def test_what_the_driver_would_refuse_at_connect_is_refused_by_name(raw: str, says: str) -> None:
+    """These failed at the first connect, as the driver's TypeError or InterfaceError."""
+    with pytest.raises(ConfigurationError) as raised:
+        resolve_url(raw)
+    assert says in str(raised.value)
+
+
+def test_the_driver_parameters_pass() -> None:
+    url = resolve_url("postgresql://a@h/db?timeout=5&command_timeout=30&sslmode=verify-full")
+    assert dict(url.query) == {"timeout": "5", "command_timeout": "30", "ssl": "verify-full"}
