@@ -27,7 +27,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -472,16 +472,20 @@ class Runtime:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def run_until_signalled(self) -> None:
+    async def run_until_signalled(self, on_started: Callable[[], None] | None = None) -> None:
         """Run until SIGTERM or SIGINT, then stop gracefully (the CLI's processes); raises
-        ``LoopFailed`` after stopping when a loop failed for good. It takes the process
-        over: the signal handlers, and ``gc.freeze()`` once the runtime has started."""
+        ``LoopFailed`` after stopping when a loop failed for good. ``on_started`` is
+        called once every loop runs (the CLI says so then, not before the database was
+        checked). It takes the process over: the signal handlers, and ``gc.freeze()``
+        once the runtime has started."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         await self.start()
+        if on_started is not None:
+            on_started()
         # The process is this runtime's: what exists once it has started (modules, the
         # app, SQLAlchemy's and pydantic's structures) lives as long as the process, so
         # the cyclic collector stops walking it. Its full collections paused the event

@@ -177,8 +177,9 @@ async def _relay(args: argparse.Namespace) -> int:
             startup_timeout=args.startup_timeout,
             relay=settings,
         )
-        log.info("relay running on schema %r; Ctrl-C or SIGTERM stops it", schema)
-        await runtime.run_until_signalled()
+        await runtime.run_until_signalled(
+            lambda: log.info("relay running on schema %r; Ctrl-C or SIGTERM stops it", schema)
+        )
         log.info("relay stopped")
     finally:
         await engine.dispose()

@@ -74,8 +74,11 @@ async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str
             detail = (
                 f" (queues: {', '.join(runtime.served_queues)}; concurrency {args.concurrency})"
             )
-        log.info("%s running on schema %r%s; Ctrl-C or SIGTERM stops it", what, schema, detail)
-        await runtime.run_until_signalled()
+        await runtime.run_until_signalled(
+            lambda: log.info(
+                "%s running on schema %r%s; Ctrl-C or SIGTERM stops it", what, schema, detail
+            )
+        )
         log.info("%s stopped", what)
     finally:
         await engine.dispose()
@@ -139,8 +142,9 @@ async def _dev(args: argparse.Namespace) -> int:
             lease=timedelta(seconds=args.lease),
             shard_lease=timedelta(seconds=args.shard_lease),
         )
-        log.info("decider, worker, timer and lease sweeper running; Ctrl-C stops them")
-        await runtime.run_until_signalled()
+        await runtime.run_until_signalled(
+            lambda: log.info("decider, worker, timer and lease sweeper running; Ctrl-C stops them")
+        )
         log.info("dev stopped")
     finally:
         await engine.dispose()

@@ -211,6 +211,16 @@ async def test_unmigrated_database_is_refused(
     one_line_error(done, "legato db upgrade")
 
 
+@pytest.mark.parametrize("role", ["decider", "worker", "timer", "relay"])
+async def test_a_process_on_an_unmigrated_database_says_only_the_error(
+    empty_database_url: str, role: str
+) -> None:
+    """No "running" line first: it is logged once every loop runs."""
+    app = ("--app", "examples.signup:app") if role in ("decider", "worker") else ()
+    done = await legato(empty_database_url, role, *app, "--startup-timeout", "5")
+    one_line_error(done, "legato db upgrade")
+
+
 async def test_dev_runs_a_signup_while_watch_tails_it(database_url: str, client: Client) -> None:
     dev = await _spawn(
         database_url, "dev", "--app", "examples.signup:app", "--poll-interval", "0.2"
