@@ -26,7 +26,7 @@ from legato.db.schema_names import resolve_schema
 from legato.db.urls import resolve_url
 from legato.engine.loops.relay import RelaySettings
 from legato.engine.repositories.outbox import Delivery
-from legato.errors import InvalidArgument
+from legato.errors import ConfigurationError, InvalidArgument
 from legato.flow import App
 from legato.runtime import Roles, Runtime
 
@@ -157,6 +157,18 @@ async def _replay(args: argparse.Namespace) -> int:
 
 
 async def _relay(args: argparse.Namespace) -> int:
+    # RelaySettings checks these too, in its parameters' names: say them as flags here.
+    if not 0 < args.retry_delay <= args.max_retry_delay:
+        raise ConfigurationError(
+            f"--retry-delay {args.retry_delay:g} must be above 0 and at most --max-retry-delay "
+            f"{args.max_retry_delay:g}: the first retry waits --retry-delay and later ones "
+            "double up to --max-retry-delay"
+        )
+    if args.lease <= args.request_timeout:
+        raise ConfigurationError(
+            f"--lease {args.lease:g} must be longer than --request-timeout "
+            f"{args.request_timeout:g}: a delivery's lease must outlast its request"
+        )
     settings = RelaySettings(
         batch_size=args.batch_size,
         per_endpoint_concurrency=args.per_endpoint_concurrency,

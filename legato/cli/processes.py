@@ -50,6 +50,16 @@ def _positive_seconds(value: str) -> float:
     return given
 
 
+def _lease_seconds(value: str) -> float:
+    """A lease renewed every third of itself: under a second, one slow round trip
+    between renewals loses it (a 0.001 s shard lease was never held, and logged
+    hundreds of warnings a second)."""
+    given = seconds(value)
+    if given < 1:
+        raise argparse.ArgumentTypeError(f"not a lease of at least 1 second: {value!r}")
+    return given
+
+
 async def _run_loops(args: argparse.Namespace, app: App, roles: Roles, what: str) -> int:
     """Connect, check the database, run ``roles`` until SIGTERM/SIGINT."""
     schema = resolve_schema(args.schema)
@@ -161,7 +171,7 @@ def _add_loop_options(parser: argparse.ArgumentParser, *, startup_timeout: bool 
         add_startup_timeout(parser)
     parser.add_argument(
         "--shard-lease",
-        type=_positive_seconds,
+        type=_lease_seconds,
         default=15.0,
         metavar="S",
         help="seconds a loop's lease on its share of the shard keys lasts, renewed every S/3; "
@@ -193,7 +203,7 @@ def _add_worker_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lease",
-        type=_positive_seconds,
+        type=_lease_seconds,
         default=30.0,
         metavar="S",
         help="seconds an attempt's lease lasts; the worker extends it every S/3 while the "

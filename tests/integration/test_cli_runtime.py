@@ -300,3 +300,30 @@ async def test_demo_runs_to_completion() -> None:
     assert text.count("run_succeeded") == 2
     assert "retry_scheduled      charge #2" in text
     assert "done: the temporary PostgreSQL is stopped" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("relay", "--retry-delay", "10", "--max-retry-delay", "1"), "--retry-delay 10 must be"),
+        (("relay", "--lease", "5", "--request-timeout", "10"), "--lease 5 must be longer than"),
+    ],
+)
+async def test_relay_options_that_do_not_go_together_are_named_as_flags(
+    database_url: str, args: tuple[str, ...], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = await legato_here(capsys, *args, "--database-url", database_url)
+    one_line_error(done, says)
+
+
+@pytest.mark.parametrize(
+    ("role", "flag"),
+    [(role, "--shard-lease") for role in ("decider", "worker", "timer", "dev")]
+    + [(role, "--lease") for role in ("worker", "dev")],
+)
+async def test_a_lease_under_a_second_is_a_usage_error(
+    role: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = await legato_here(capsys, role, "--app", "examples.signup:app", flag, "0.001")
+    assert done.rc == 2, done
+    assert "not a lease of at least 1 second: '0.001'" in done.err
