@@ -209,7 +209,11 @@ def check_type(what: str, value: object, expected: type[object], error: ErrorTyp
 
 def _shown(value: object) -> str:
     text = repr(value)
-    return text if len(text) <= 60 else f"{text[:50]}...{text[-6:]} ({len(text)} chars)"
+    if len(text) <= 60:
+        return text
+    # A string's own length, as the message around it counts (not its repr's).
+    size = f"{len(value):,} characters" if isinstance(value, str) else f"{len(text):,} chars"
+    return f"{text[:50]}...{text[-6:]} ({size})"
 
 
 def json_size(value: JsonValue) -> int:

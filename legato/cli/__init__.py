@@ -73,7 +73,11 @@ def error_line(message: str, hint: str = "") -> str:
     kept = [line for line in lines if line and not line.startswith("For further information")]
     text = "; ".join(kept) or "(no message)"
     if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 1] + "…"
+        # The middle goes (a long quoted value, usually): the head names the problem
+        # and the tail says what to do.
+        kept = MAX_ERROR_CHARS - len(f"… [{len(text):,} characters cut] …")
+        head, tail = text[: kept // 2], text[len(text) - (kept - kept // 2) :]
+        text = f"{head}… [{len(text) - kept:,} characters cut] …{tail}"
     return f"legato: error: {text}{hint}"
 
 

@@ -90,8 +90,10 @@ def test_error_line_is_one_bounded_line() -> None:
         "1 validation error\n  email\n    Field required\nFor further information x"
     )
     assert folded == "legato: error: 1 validation error; email; Field required"
-    long = error_line("x" * 10_000, " (hint)")
-    assert long.endswith("… (hint)")
+    long = error_line("bad value " + "x" * 10_000 + ": do this instead", " (hint)")
+    assert long.startswith("legato: error: bad value xxx")
+    assert "… [9,6" in long and " characters cut] …" in long
+    assert long.endswith("xxx: do this instead (hint)")  # what to do survives the cut
     assert len(long) <= len("legato: error: ") + MAX_ERROR_CHARS + len(" (hint)")
     assert "\n" not in long
 
