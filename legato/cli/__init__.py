@@ -75,9 +75,9 @@ def error_line(message: str, hint: str = "") -> str:
     if len(text) > MAX_ERROR_CHARS:
         # The middle goes (a long quoted value, usually): the head names the problem
         # and the tail says what to do.
-        kept = MAX_ERROR_CHARS - len(f"… [{len(text):,} characters cut] …")
-        head, tail = text[: kept // 2], text[len(text) - (kept - kept // 2) :]
-        text = f"{head}… [{len(text) - kept:,} characters cut] …{tail}"
+        budget = MAX_ERROR_CHARS - len(f"… [{len(text):,} characters cut] …")
+        head, tail = text[: budget // 2], text[len(text) - (budget - budget // 2) :]
+        text = f"{head}… [{len(text) - budget:,} characters cut] …{tail}"
     return f"legato: error: {text}{hint}"
 
 
