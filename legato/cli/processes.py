@@ -31,6 +31,7 @@ from legato.client import Client
 from legato.db import create_engine
 from legato.db.schema_names import resolve_schema
 from legato.db.urls import resolve_url
+from legato.errors import ConfigurationError
 from legato.flow import App
 from legato.observability import serve_metrics
 from legato.runtime import Roles, Runtime
@@ -116,16 +117,40 @@ async def _timer(args: argparse.Namespace) -> int:
     return await _run_loops(args, App(), Roles(decider=False, worker=False, timer=True), "timer")
 
 
+def _dev_data_dir(given: str | None, url: str | None) -> Path | None:
+    """Where the embedded PostgreSQL keeps its data, a directory (made if missing), or
+    None with a database URL; checked before anything starts or is written."""
+    if url is not None:
+        if given is not None:
+            raise ConfigurationError(
+                f"--data-dir {given!r} is for the embedded PostgreSQL, but a database URL "
+                "is given (--database-url or LEGATO_DATABASE_URL): leave one of them out"
+            )
+        return None
+    directory = Path(given or DEFAULT_DEV_DIR)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigurationError(
+            f"--data-dir {str(directory)!r} cannot be a directory here "
+            f"({error.strerror or error}): pass a directory you can write to"
+        ) from None
+    return directory
+
+
 async def _dev(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     schema = resolve_schema(args.schema)
     server = None
     started_here = False
     url = args.database_url or os.environ.get("LEGATO_DATABASE_URL")
-    if url is None:
+    data_root = _dev_data_dir(args.data_dir, url)
+    # Before anything starts or is written: a port in use fails here, alone.
+    _serve_metrics(args)
+    if data_root is not None:
         from legato.embedded import LocalPostgres
 
-        data_dir = Path(args.data_dir) / "postgres"
+        data_dir = data_root / "postgres"
         started_here = not (data_dir / "postmaster.pid").exists()
         log.info("starting the embedded PostgreSQL in %s", data_dir.resolve())
         server = await asyncio.to_thread(LocalPostgres(data_dir=data_dir).start)
@@ -134,7 +159,6 @@ async def _dev(args: argparse.Namespace) -> int:
     try:
         await migrations.upgrade(engine, schema)
         versions = await Client(engine).deploy(app)
-        _serve_metrics(args)  # before the banner: once it is printed, /metrics answers
         parsed = resolve_url(url)
         shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
         print(f"legato dev: database {shown} (schema {schema!r})", flush=True)
@@ -304,9 +328,10 @@ is what the other `legato` commands take (export LEGATO_DATABASE_URL=...).""",
     dev.add_argument(
         "--data-dir",
         type=nonempty,
-        default=DEFAULT_DEV_DIR,
+        default=None,
         metavar="DIR",
-        help=f"where the embedded PostgreSQL keeps its data (default: {DEFAULT_DEV_DIR})",
+        help=f"where the embedded PostgreSQL keeps its data (default: {DEFAULT_DEV_DIR}); "
+        "not with a database URL",
     )
     _add_worker_options(dev)
     _add_loop_options(dev, startup_timeout=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -327,3 +328,37 @@ async def test_a_lease_under_a_second_is_a_usage_error(
     done = await legato_here(capsys, role, "--app", "examples.signup:app", flag, "0.001")
     assert done.rc == 2, done
     assert "not a lease of at least 1 second: '0.001'" in done.err
+
+
+async def test_dev_checks_its_data_dir_before_starting_anything(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LEGATO_DATABASE_URL", raising=False)
+    done = await legato_here(capsys, "dev", "--app", "examples.signup:app", "--data-dir", __file__)
+    one_line_error(done, f"--data-dir {__file__!r} cannot be a directory here")
+
+
+async def test_dev_refuses_a_data_dir_beside_a_database_url(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = await legato_here(
+        capsys, "dev", "--app", "examples.signup:app", "--data-dir", "/tmp/x",
+        "--database-url", database_url,
+    )  # fmt: skip
+    one_line_error(done, "--data-dir '/tmp/x' is for the embedded PostgreSQL")
+
+
+async def test_dev_with_its_metrics_port_taken_writes_nothing(
+    empty_database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = await legato_here(
+            capsys, "dev", "--app", "examples.signup:app", "--metrics-port", port,
+            "--database-url", empty_database_url,
+        )  # fmt: skip
+    one_line_error(done, f"--metrics-port {port}")
+    check = await legato_here(capsys, "db", "check", "--database-url", empty_database_url)
+    assert check.rc == 1 and "legato db upgrade" in check.out  # not migrated
