@@ -40,6 +40,8 @@ class EventType(StrEnum):
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
     """The ``Legato-Signature`` value of ``body`` signed at ``timestamp``."""
+    if not isinstance(secret, str) or not secret:
+        raise InvalidArgument("sign(secret=...) must be the endpoint's secret, a non-empty str")
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
 
@@ -59,8 +61,21 @@ def verify(
     ``headers`` any mapping of header names (matched case-insensitively) to values.
     Raises ``InvalidSignature`` for a missing or wrong signature or a stale timestamp.
     """
-    raw = body.encode() if isinstance(body, str) else body
-    given = {name.lower(): value for name, value in headers.items()}
+    if not isinstance(secret, str) or not secret:
+        raise InvalidArgument("verify(secret=...) must be the endpoint's secret, a non-empty str")
+    if not isinstance(body, bytes | str):
+        raise InvalidArgument(
+            f"verify(body=...) must be the raw request body as bytes (or str), not "
+            f"{type(body).__name__}: e.g. await request.body()"
+        )
+    if not isinstance(headers, Mapping):
+        raise InvalidArgument(
+            f"verify(headers=...) must be a mapping of header names to values, not "
+            f"{type(headers).__name__}: e.g. request.headers"
+        )
+    # A str body is encoded as it was sent; a lone surrogate never came over the wire.
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    given = {str(name).lower(): str(value) for name, value in headers.items()}
     stamp = given.get(TIMESTAMP_HEADER.lower())
     signature = given.get(SIGNATURE_HEADER.lower())
     if stamp is None or signature is None:

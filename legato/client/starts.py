@@ -302,10 +302,13 @@ class StartingRuns(RunReads):
 
 
 def _check_connection(connection: object) -> None:
-    if connection is not None and not isinstance(connection, AsyncConnection):
+    if connection is None:
+        return
+    if not isinstance(connection, AsyncConnection) or connection.closed:
+        state = "a closed AsyncConnection" if isinstance(connection, AsyncConnection) else None
         raise InvalidArgument(
-            f"connection={connection!r} must be an AsyncConnection in the caller's "
-            "transaction (async with engine.begin() as conn), or None"
+            f"connection={state or repr(connection)} must be an open AsyncConnection in the "
+            "caller's transaction (async with engine.begin() as conn), or None"
         )
 
 

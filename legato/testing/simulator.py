@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeGuard, TypeVar
 
 from pydantic import JsonValue
@@ -36,6 +36,9 @@ from legato.limits import MAX_DURATION, check_json, check_name
 from legato.models import error_info, run_failed
 from legato.schema import NodeKind, RunStatus, TaskState, TimerKind
 from legato.testing.decider_sim import T0, Sim
+
+# The latest start a simulation takes (``Simulator(now=...)``).
+_LATEST_START = datetime.max.replace(tzinfo=UTC) - 2 * MAX_DURATION
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -70,6 +73,13 @@ class Simulator(Generic[In, Out]):
         self.workflow = workflow
         self.run_tasks = check_flag("run_tasks", run_tasks)
         check_aware("now", now)
+        # Timers are armed up to MAX_DURATION ahead: from a later start they would pass
+        # the end of the calendar.
+        if now > _LATEST_START:
+            raise InvalidArgument(
+                f"now={now.isoformat()} is too close to the year 9999: timers armed from it "
+                f"could pass it; start at {_LATEST_START.date().isoformat()} or earlier"
+            )
         given_id = None if run_id is None else as_run_id(run_id)
         try:
             payload = workflow.validate_input(input)
@@ -173,7 +183,10 @@ class Simulator(Generic[In, Out]):
     def _after(self, by: object) -> datetime:
         """``now`` moved on by ``by``: a ``timedelta`` or a number of seconds, from zero
         to ``MAX_DURATION`` (``InvalidArgument`` otherwise)."""
-        step = timedelta(seconds=by) if _is_seconds(by) and math.isfinite(by) else by
+        try:
+            step = timedelta(seconds=by) if _is_seconds(by) and math.isfinite(by) else by
+        except OverflowError:  # more seconds than a timedelta holds
+            step = None
         if not isinstance(step, timedelta) or not timedelta(0) <= step <= MAX_DURATION:
             raise InvalidArgument(
                 f"advance({by!r}): give a timedelta or a number of seconds from zero to "

@@ -121,6 +121,8 @@ async def test_bad_arguments_at_every_entry_point_are_typed_and_write_nothing(
     bare = Client(engine)  # no app: starts by name are checked as plain JSON
     before = await _rows(engine)
     naive = datetime(2030, 1, 1)
+    async with engine.connect() as closed:
+        pass
     earliest = datetime.min.replace(tzinfo=UTC)  # PostgreSQL would store -infinity
     east_min = datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))  # before year 1 in UTC
     west_max = datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))  # after 9999 in UTC
@@ -147,6 +149,11 @@ async def test_bad_arguments_at_every_entry_point_are_typed_and_write_nothing(
         (InvalidArgument, "3660 days from now", lambda: c.start(doubled, 1, start_at=east_min)),
         (InvalidArgument, "3660 days from now", lambda: c.start(doubled, 1, start_at=west_max)),
         (InvalidArgument, "printable", lambda: c.start(doubled, 1, shard_key="t\x00")),
+        (
+            InvalidArgument,
+            "connection=a closed AsyncConnection must be an open",
+            lambda: c.start(doubled, 1, connection=closed),
+        ),
         (InvalidArgument, "printable", lambda: c.start(doubled, 1, shard_key="t\u200b")),
         (InvalidInput, "$ is nan", lambda: c.start(echoed, float("nan"))),
         (InvalidInput, "$.x[0] is inf", lambda: c.start(echoed, {"x": [float("inf")]})),

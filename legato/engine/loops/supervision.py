@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from legato.arguments import check_count, check_seconds
 from legato.engine.decider.backoff import exponential
 from legato.engine.transport.wakeups import Wakeups
-from legato.errors import LoopFailed
+from legato.errors import ConfigurationError, LoopFailed
 from legato.outages import database_failure, is_database_error, one_line, traceback_at_debug
 
 log = logging.getLogger("legato")
@@ -48,6 +48,12 @@ class RestartPolicy:
         check_count("RestartPolicy(max_restarts)", self.max_restarts, least=0)
         for option in ("first_delay", "max_delay", "healthy_after"):
             check_seconds(f"RestartPolicy({option})", getattr(self, option))
+        if self.first_delay > self.max_delay:
+            raise ConfigurationError(
+                f"RestartPolicy(first_delay={self.first_delay!r}) is longer than its "
+                f"max_delay={self.max_delay!r}: the delay starts at first_delay and doubles "
+                "up to max_delay"
+            )
 
     def delay(self, crashes: int) -> float:
         """Seconds before restarting after the ``crashes``-th crash in a row."""
