@@ -14,6 +14,7 @@ curl 'localhost:8000/signups/RUN_ID?wait=5'         # {"status": "SUCCEEDED", ..
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -21,7 +22,16 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, JsonValue
 
 from examples.signup import Confirmed, Signup, app, signup
-from legato import Client, RunFailed, RunFinished, RunNotFound, Runtime, create_engine
+from legato import (
+    Client,
+    InvalidArgument,
+    InvalidInput,
+    RunFailed,
+    RunFinished,
+    RunNotFound,
+    Runtime,
+    create_engine,
+)
 
 
 class Started(BaseModel):
@@ -55,8 +65,13 @@ def create_app(database_url: str | None = None) -> FastAPI:
 
     @api.post("/signups")
     async def create_signup(body: Signup, request: Request) -> Started:
-        # A retried request (a double click, a proxy retry) finds the same run.
-        handle = await legato(request).start(signup, body, idempotency_key=f"signup:{body.email}")
+        # A retried request (a double click, a proxy retry) finds the same run. The key
+        # is a digest of the email: any email makes a valid key (printable, bounded).
+        key = "signup:" + hashlib.sha256(body.email.encode()).hexdigest()
+        try:
+            handle = await legato(request).start(signup, body, idempotency_key=key)
+        except (InvalidInput, InvalidArgument) as error:
+            raise HTTPException(422, str(error)) from None
         return Started(run_id=handle.run_id)
 
     @api.post("/signups/{run_id}/confirm", status_code=204)

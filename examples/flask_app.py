@@ -17,12 +17,13 @@ private event loop thread, so no request owns an event loop.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from flask import Flask, abort, request
 
 from examples.signup import Confirmed, Signup, app, signup
-from legato import InvalidInput, RunFinished, RunNotFound, SyncClient
+from legato import InvalidArgument, InvalidInput, RunFinished, RunNotFound, SyncClient
 
 
 def create_app(database_url: str | None = None) -> Flask:
@@ -35,8 +36,12 @@ def create_app(database_url: str | None = None) -> Flask:
     def create_signup() -> dict[str, str]:
         try:
             body = Signup.model_validate(request.get_json(force=True))
-            handle = client.start(signup, body, idempotency_key=f"signup:{body.email}")
-        except (ValueError, InvalidInput) as error:
+            # A digest of the email: any email makes a valid key (printable, bounded).
+            key = "signup:" + hashlib.sha256(body.email.encode()).hexdigest()
+            handle = client.start(signup, body, idempotency_key=key)
+        except RecursionError:  # the JSON parser's, on a body nested too deep
+            abort(400, "the body nests JSON too deeply")
+        except (ValueError, InvalidInput, InvalidArgument) as error:
             abort(422, str(error))
         return {"run_id": str(handle.run_id)}
 

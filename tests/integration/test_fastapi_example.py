@@ -37,5 +37,8 @@ async def test_signup_through_the_api(database_url: str) -> None:
         assert late.status_code == 409
         bad = await http.post("/signups", json={"mail": "x"})
         assert bad.status_code == 422
+        for odd in ("a\u0001b", "a\u200bb", "x" * 600 + "@example.com"):  # each key was a 500
+            started = await http.post("/signups", json={"email": odd})
+            assert started.status_code == 200, started.text
         missing = await http.get("/signups/01940000-0000-7000-8000-000000000001")
         assert missing.status_code == 404

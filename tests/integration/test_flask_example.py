@@ -34,6 +34,10 @@ def _signups(database_url: str) -> None:
             assert output["confirmation"] == f"c{n}"
         assert http.get(f"/signups/{run_ids[0]}").get_json()["status"] == "SUCCEEDED"
         assert http.post("/signups", json={"mail": "x"}).status_code == 422
+        deep = "[" * 100_000 + "]" * 100_000  # the JSON parser's RecursionError was a 500
+        refused = http.post("/signups", data=deep, content_type="application/json")
+        assert refused.status_code == 400
+        assert http.post("/signups", json={"email": "a\u0001b"}).status_code == 200
         assert http.get("/signups/01940000-0000-7000-8000-000000000001").status_code == 404
     finally:
         web.extensions["legato"].close()
