@@ -69,11 +69,25 @@ def check_endpoint(
 ) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
     """The endpoint's event types (every one when ``events`` is None) and workflows, or
     ``InvalidWebhook`` naming what is wrong; pure."""
-    if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
-        raise InvalidWebhook(f"webhook URL must be a string of at most {MAX_URL_CHARS} characters")
+    if not isinstance(url, str):
+        raise InvalidWebhook(
+            f"webhook URL must be a string of at most {MAX_URL_CHARS} characters, "
+            f"not {type(url).__name__}"
+        )
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidWebhook(
+            f"webhook URL {_shown(url)} is {len(url):,} characters long: it must be a "
+            f"string of at most {MAX_URL_CHARS} characters"
+        )
+    port = _bad_port(url)
+    if port is not None:
+        raise InvalidWebhook(
+            f"webhook URL {_shown(url)} has a bad port {_shown(port)}: a port is a whole "
+            "number from 1 to 65535 (or leave it out: 443 for https://, 80 for http://)"
+        )
     if not _is_url(url):
         raise InvalidWebhook(
-            f"webhook URL {url[:80]!r} is not an absolute http:// or https:// URL "
+            f"webhook URL {_shown(url)} is not an absolute http:// or https:// URL "
             "(e.g. https://hooks.example.com/legato)"
         )
     if not isinstance(secret, str) or not secret.strip():
@@ -112,6 +126,35 @@ def _is_url(url: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _shown(value: str) -> str:
+    """``repr(value)``, cut short (with its length) when it is long."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}… [{len(value):,} characters]"
+
+
+def _bad_port(url: str) -> str | None:
+    """The port of an http(s) URL with a host when it is no port (not a whole number
+    from 1 to 65535), else None: ``_is_url`` judges the rest."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a bracket left open: not a URL at all
+        return None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    host_port = parts.netloc.rpartition("@")[2]
+    if host_port.startswith("["):  # an IPv6 literal: the port follows the bracket
+        _, _, after = host_port.partition("]")
+        port = after[1:] if after.startswith(":") else None
+    else:
+        _, colon, port_text = host_port.partition(":")
+        port = port_text if colon else None
+    if not port:  # none, or "host:" (the default port, as urlsplit reads it)
+        return None
+    if port.isascii() and port.isdigit() and 1 <= int(port) <= 65535:
+        return None
+    return port
 
 
 def _names(what: str, values: Iterable[str]) -> tuple[str, ...]:

@@ -1,15 +1,17 @@
 """What ``runs list`` and the bulk actions (``runs cancel|rerun|resume``) share: the
-run filter options, the ``legato.RunFilter`` they give, and reading a run id."""
+run filter options, the ``legato.RunFilter`` they give, reading a run id, and the usage
+mistakes found once every option is read (options that contradict each other)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import uuid
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from legato.cli import nonempty, number_in, shown
+from legato.cli import EXIT_USAGE, error_line, nonempty, number_in, shown
 from legato.errors import InvalidRunId
 from legato.models import RunFilter
 from legato.schema import RunStatus
@@ -93,6 +95,41 @@ def add_filters(parser: argparse.ArgumentParser) -> None:
         metavar="NODE",
         help="only runs where this node failed or timed out and never completed",
     )
+
+
+def usage_mistake(command: str, message: str) -> int:
+    """Report a usage mistake found after parsing (options that contradict each other)
+    as argparse reports one: one ``legato: error:`` line with the ``--help`` hint; the
+    exit status, 2. Call it before connecting, so nothing is read or written."""
+    print(error_line(message, f" (see `legato {command} --help`)"), file=sys.stderr)
+    return EXIT_USAGE
+
+
+def filter_mistake(args: argparse.Namespace) -> str | None:
+    """Why the filter options contradict each other, or None: ``--created-after`` not
+    before ``--created-before`` chooses no run (``legato.RunFilter`` refuses it too, with
+    its own parameter names)."""
+    after, until = args.created_after, args.created_before
+    if after is not None and until is not None and after >= until:
+        return (
+            f"--created-after {after.isoformat()} is not before --created-before "
+            f"{until.isoformat()}: no run is created in that range (swap them, or drop one)"
+        )
+    return None
+
+
+def given_filters(args: argparse.Namespace) -> list[str]:
+    """The filter options given, as their flags (``--workflow``, ``--status``...)."""
+    return [
+        "--" + _OPTION.get(name, name).replace("_", "-")
+        for name in asdict(RunFilter())
+        if getattr(args, _OPTION.get(name, name)) is not None
+    ]
+
+
+def seconds_shown(value: float) -> str:
+    """A number of seconds as typed: ``5``, not ``5.0``."""
+    return str(int(value)) if value.is_integer() else str(value)
 
 
 def chosen_filter(args: argparse.Namespace) -> RunFilter | None:

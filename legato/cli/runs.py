@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -30,8 +31,12 @@ from legato.cli.run_filters import (
     add_filters,
     as_list_arguments,
     chosen_filter,
+    filter_mistake,
+    given_filters,
     parse_run_id,
     run_id_arg,
+    seconds_shown,
+    usage_mistake,
 )
 from legato.errors import (
     ConfigurationError,
@@ -52,9 +57,18 @@ MAX_STDIN_BYTES = 16 << 20
 
 def parse_json(value: str | None, option: str) -> JsonValue:
     """``--input`` / ``--payload`` as JSON (``@-``: stdin): at most ``MAX_JSON_DEPTH`` levels
-    deep, no NaN or Infinity (PostgreSQL's jsonb has neither)."""
+    deep, no NaN or Infinity (PostgreSQL's jsonb has neither). Any other ``@...`` (no
+    JSON text starts with ``@``) is refused as the file name it looks like: only stdin is
+    read, so the message says how to redirect the file there."""
     if value is None:
         return None
+    if value.startswith("@") and value != "@-":
+        path = value[1:]
+        named = path if path and path.isprintable() and len(path) <= 200 else "FILE"
+        raise InvalidInput(
+            f"{option} {shown(value)}: only {option} @- (read stdin) is supported, not a "
+            f"file name after @: pass the file on stdin, {option} @- < {shlex.quote(named)}"
+        )
     if value == "@-":
         data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
         if len(data) > MAX_STDIN_BYTES:
@@ -67,6 +81,16 @@ def parse_json(value: str | None, option: str) -> JsonValue:
 
 
 async def _runs_list(args: argparse.Namespace) -> int:
+    mistake = filter_mistake(args)
+    if args.quarantined:
+        others = given_filters(args) + (["--before"] if args.before is not None else [])
+        if others:
+            mistake = (
+                f"--quarantined lists every quarantined run and takes no filters (got "
+                f"{', '.join(others)}): drop them, or drop --quarantined to filter runs"
+            )
+    if mistake is not None:
+        return usage_mistake("runs list", mistake)
     if args.quarantined:
         return await _runs_quarantined(args)
     async with connected(args) as client:
@@ -130,7 +154,9 @@ async def _runs_watch(args: argparse.Namespace) -> int:
                     print(render.history_line(event, run.created_at), flush=True)
         except TimeoutError:
             print(
-                f"legato: error: run {run_id} is still running after {args.timeout}s",
+                f"legato: error: run {run_id} is still running after {args.timeout}s: "
+                "follow it again with a longer --timeout (or none, to follow it until it "
+                "finishes)",
                 file=sys.stderr,
             )
             return 2
@@ -140,6 +166,12 @@ async def _runs_watch(args: argparse.Namespace) -> int:
 
 
 async def _runs_start(args: argparse.Namespace) -> int:
+    if args.timeout is not None and not args.wait:
+        return usage_mistake(
+            "runs start",
+            f"--timeout {seconds_shown(args.timeout)} bounds --wait, and nothing waits "
+            "without it: add --wait to wait for the run's output, or drop --timeout",
+        )
     app = load_app(args.app) if args.app else None
     payload = parse_json(args.input, "--input")
     if app is not None:  # validate with the app's model; the deployed version still runs
@@ -166,7 +198,8 @@ async def _runs_start(args: argparse.Namespace) -> int:
                 output = await handle.result(timeout=args.timeout)
             except TimeoutError:
                 raise LegatoError(
-                    f"run {handle.run_id} is still running after {args.timeout}s"
+                    f"run {handle.run_id} is still running after {args.timeout}s: "
+                    f"follow it with `legato runs watch {handle.run_id}`"
                 ) from None
             print(json.dumps(output))
     return 0
@@ -238,7 +271,8 @@ def register(commands: Any) -> None:
     listing.add_argument(
         "--quarantined",
         action="store_true",
-        help="list runs parked after too many failed decisions instead, with their last error",
+        help="list runs parked after too many failed decisions instead, with their last "
+        "error (every one, up to --limit: no filters, no --before)",
     )
     listing.add_argument(
         "--before",
@@ -293,7 +327,9 @@ input model for that workflow. With --idempotency-key, starting again returns th
     )
     start.add_argument("workflow", type=nonempty, metavar="WORKFLOW", help="the workflow's name")
     start.add_argument(
-        "--input", metavar="JSON", help="the run's input as JSON (default: null); @- reads stdin"
+        "--input",
+        metavar="JSON",
+        help="the run's input as JSON (default: null); @- reads stdin (a file: --input @- < FILE)",
     )
     start.add_argument(
         "--idempotency-key", type=nonempty, metavar="KEY", help="start at most one run per key"
@@ -307,7 +343,10 @@ input model for that workflow. With --idempotency-key, starting again returns th
     add_app(start, required=False, what="; validates the input")
     start.add_argument("--wait", action="store_true", help="wait for the run and print its output")
     start.add_argument(
-        "--timeout", type=seconds, metavar="S", help="with --wait: give up after S seconds"
+        "--timeout",
+        type=seconds,
+        metavar="S",
+        help="with --wait: give up after S seconds (without --wait it is refused)",
     )
 
     signal = command(

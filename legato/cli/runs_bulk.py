@@ -13,7 +13,15 @@ from typing import Any
 
 from legato.cli import command, connected, nonempty, number_in, render, seconds, shown
 from legato.cli.apps import add_app, load_app
-from legato.cli.run_filters import add_filters, as_list_arguments, chosen_filter, parse_run_id
+from legato.cli.run_filters import (
+    add_filters,
+    as_list_arguments,
+    chosen_filter,
+    filter_mistake,
+    parse_run_id,
+    seconds_shown,
+    usage_mistake,
+)
 from legato.errors import InvalidArgument, LegatoError
 from legato.flow import App
 from legato.limits import check_name
@@ -22,6 +30,7 @@ from legato.rerun import VERSIONS
 
 SAMPLE = 10  # runs a --dry-run shows
 CONFIRM_ABOVE = 100
+WAIT_SECONDS = 60.0  # --wait's default --timeout
 
 
 def _target(args: argparse.Namespace) -> tuple[uuid.UUID | None, RunFilter | None]:
@@ -70,8 +79,9 @@ async def _one(args: argparse.Namespace, run_id: uuid.UUID) -> int:
 async def _wait(args: argparse.Namespace, client: Any, run_id: uuid.UUID) -> int:
     if not args.wait:
         return 0
+    timeout = WAIT_SECONDS if args.timeout is None else args.timeout
     with contextlib.suppress(LegatoError, TimeoutError):
-        await client.result(run_id, timeout=args.timeout)
+        await client.result(run_id, timeout=timeout)
     run = (await client.get_run(run_id)).run
     print(f"run {run_id} {run.status.value}")
     return 0
@@ -167,7 +177,23 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
+def _mistake(args: argparse.Namespace) -> str | None:
+    """Options that contradict each other, found before anything is read: a reversed
+    time range, or a ``--timeout`` with nothing waiting (no ``--wait``)."""
+    mistake = filter_mistake(args)
+    timeout = getattr(args, "timeout", None)
+    if mistake is None and timeout is not None and not args.wait:
+        mistake = (
+            f"--timeout {seconds_shown(timeout)} bounds --wait, and nothing waits without "
+            "it: add --wait (with one RUN_ID) to wait for the run, or drop --timeout"
+        )
+    return mistake
+
+
 async def _act(args: argparse.Namespace) -> int:
+    mistake = _mistake(args)
+    if mistake is not None:
+        return usage_mistake(f"runs {args.action}", mistake)
     run_id, chosen = _target(args)
     if getattr(args, "from_node", None) is not None:  # before a dry run shows what it would do
         check_name("--from", args.from_node, InvalidArgument)
@@ -273,7 +299,7 @@ it is quarantined: no decider touches it until it is resumed. {_BULK_NOTE}""",
             parser.add_argument(
                 "--timeout",
                 type=seconds,
-                default=60.0,
                 metavar="S",
-                help="with --wait (default: 60)",
+                help=f"with --wait: give up waiting after S seconds (default: "
+                f"{WAIT_SECONDS:.0f}); without --wait it is refused",
             )

@@ -50,15 +50,24 @@ async def _list(args: argparse.Namespace) -> int:
 
 async def _pause(args: argparse.Namespace) -> int:
     async with connected(args) as client:
-        await scheduling.pause(client.engine, args.name)
-    print(f"schedule {args.name} paused")
+        paused = await scheduling.pause(client.engine, args.name)
+    if paused:
+        print(f"schedule {args.name} paused")
+    else:
+        print(f"schedule {args.name} is already paused: nothing changed")
     return 0
 
 
 async def _resume(args: argparse.Namespace) -> int:
     async with connected(args) as client:
         following = await scheduling.resume(client.engine, args.name)
-    print(f"schedule {args.name} resumed; next fire {following.isoformat(timespec='seconds')}")
+    if following is None:
+        print(
+            f"schedule {args.name} is not paused: nothing changed "
+            "(`legato schedules list` shows its next fire)"
+        )
+    else:
+        print(f"schedule {args.name} resumed; next fire {following.isoformat(timespec='seconds')}")
     return 0
 
 
@@ -84,8 +93,18 @@ def register(commands: Any) -> None:
     )
     commands_ = [
         ("list", "every deployed schedule and its next fire", _list),
-        ("pause", "stop firing a schedule (its ticks while paused never fire)", _pause),
-        ("resume", "fire a paused schedule again, from its next tick", _resume),
+        (
+            "pause",
+            "stop firing a schedule (its ticks while paused never fire); an already "
+            "paused one is left as it is",
+            _pause,
+        ),
+        (
+            "resume",
+            "fire a paused schedule again, from its next tick; one that is not paused is "
+            "left as it is",
+            _resume,
+        ),
         ("trigger", "start one run of a schedule now; prints the run id", _trigger),
     ]
     for name, help_text, handler in commands_:

@@ -87,7 +87,11 @@ async def _ui(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"legato ui needs the ui extra ({error.name} is missing): pip install 'legato[ui]'"
         ) from None
+    from legato.ui.security import check_token
+
     token = args.token or os.environ.get("LEGATO_UI_TOKEN") or None
+    if token is not None:  # before connecting, named as it was given
+        check_token(token, "--token" if args.token else "LEGATO_UI_TOKEN")
     check_exposure(args.host, token)
     hosts = allowed_hosts(args.allowed_host, args.host, token)
     app = load_app(args.app) if args.app else None
@@ -154,7 +158,8 @@ def register(commands: Any) -> None:
         "--token",
         type=nonempty,
         help="an access token every request must carry; required with a --host other than "
-        "loopback (default: $LEGATO_UI_TOKEN)",
+        "loopback: printable ASCII without spaces, quotes, ';' or '\\', as it travels in "
+        "a header and a cookie (default: $LEGATO_UI_TOKEN)",
     )
     parser.add_argument(
         "--allowed-host",

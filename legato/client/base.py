@@ -71,6 +71,8 @@ def schema_explained(
             if unavailable is not None:
                 raise unavailable from error
             raise
+        except TimeoutError:  # an OSError too: result(timeout=...)'s own, not an outage
+            raise
         except OSError as error:  # the driver's connect, before SQLAlchemy wraps anything
             unavailable = as_unavailable(error, self.engine.url)
             if unavailable is not None:

@@ -430,6 +430,15 @@ class Dashboard:
         log.warning("database error serving %s: %s", request.url.path, error)
         return self.error_page(request, 503, "the database cannot answer right now; try again")
 
+    async def unreadable(self, request: Request, error: Exception) -> Response:
+        log.warning("a stored value behind %s cannot be read: %r", request.url.path, error)
+        return self.error_page(
+            request,
+            500,
+            "a value stored for this page nests too deeply to be read back (written by SQL "
+            "of one's own, or by hand?): the run cannot be shown",
+        )
+
     def error_page(self, request: Request, status: int, message: str) -> Response:
         return self.page(request, "error.html", status=status, status_code=status, message=message)
 
@@ -484,6 +493,7 @@ def create_app(
         HTTPException: ui.http_error,
         DBAPIError: ui.database_error,
         OSError: ui.database_error,
+        RecursionError: ui.unreadable,
     }
     app = SecuredStarlette(
         routes=routes,

@@ -205,6 +205,42 @@ class TokenGuard:
         )
 
 
+# What a cookie value cannot hold unquoted (RFC 6265's cookie-octet): the sign-in cookie
+# carries the token as it is, and a browser would cut it short or drop the whole header.
+_NOT_IN_COOKIES = frozenset(' ";\\')
+TOKEN_RULE = (
+    "a token travels in an `Authorization: Bearer` header and a cookie, so it must be "
+    "printable ASCII without spaces, '\"', ';' or '\\' (e.g. `openssl rand -hex 32`)"
+)
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` could never be presented, or None. The problem names a character,
+    never the token (a secret): an unprintable one (a newline, a tab) or one beyond ASCII
+    cannot be sent in an HTTP header as such, and a space, quote, semicolon or backslash
+    breaks the sign-in cookie."""
+    if not token:
+        return "is empty"
+    for position, char in enumerate(token, 1):
+        where = f"at position {position} of {len(token)}"
+        if not char.isprintable():
+            return f"has the unprintable character U+{ord(char):04X} {where}"
+        if not char.isascii():
+            return f"has the non-ASCII character U+{ord(char):04X} {where}"
+        if char in _NOT_IN_COOKIES:
+            return f"has the character {char!r} {where}"
+    return None
+
+
+def check_token(token: str, what: str = "token") -> str:
+    """``token`` if a client can present it, else ``ConfigurationError`` naming ``what``
+    (``--token`` in the CLI) and the offending character, never the token."""
+    problem = token_problem(token) if isinstance(token, str) else "must be a string"
+    if problem is not None:
+        raise ConfigurationError(f"{what} {problem}: {TOKEN_RULE}")
+    return token
+
+
 def same_site_path(path: str) -> str:
     """``path`` as a redirect that stays on this site: a browser reads ``//host/...``
     and ``/\\host/...`` as another host's address, so leading slashes and backslashes
@@ -231,7 +267,8 @@ def guards(token: str | None, allowed_hosts: Iterable[str] | None) -> list[Middl
 
     Hosts are checked when ``allowed_hosts`` is given, and always without a token
     (loopback names only, then); a token alone is defence enough, since a page on
-    another site cannot know it.
+    another site cannot know it. A token no client could present (``token_problem``)
+    is a ``ConfigurationError``.
     """
     if isinstance(allowed_hosts, str):
         raise ConfigurationError(
@@ -243,7 +280,7 @@ def guards(token: str | None, allowed_hosts: Iterable[str] | None) -> list[Middl
     if (allowed is not None or token is None) and "*" not in (allowed or ()):
         middleware.append(Middleware(HostGuard, allowed=allowed or ()))
     if token is not None:
-        middleware.append(Middleware(TokenGuard, token=token))
+        middleware.append(Middleware(TokenGuard, token=check_token(token)))
     return middleware
 
 

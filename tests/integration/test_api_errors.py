@@ -398,3 +398,11 @@ async def test_a_client_of_an_unreachable_database_says_so(url: str) -> None:
                 await call()
     finally:
         await client.engine.dispose()
+
+
+async def test_a_result_not_ready_in_time_is_a_timeout_not_an_outage(client: Client) -> None:
+    """``TimeoutError`` is an ``OSError``: the client's outage mapping must let it by."""
+    await client.deploy(app)
+    running = await client.start(waits, 1)
+    with pytest.raises(TimeoutError, match="is still running after"):
+        await client.result(running.run_id, timeout=0.2)

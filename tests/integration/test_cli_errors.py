@@ -373,8 +373,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
             "--created-before",
             "2026-01-01T00:00:00+00:00",
         ),
-        ("must be before created_before",),
-        1,
+        ("is not before --created-before",),
+        2,
     ),
     "cancel --dry-run of one run": (
         ("runs", "cancel", "{run}", "--dry-run"),
@@ -445,8 +445,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
             "--created-before",
             "2026-01-01T00:00:00+00:00",
         ),
-        ("must be before created_before",),
-        1,
+        ("is not before --created-before",),
+        2,
     ),
     "cancel --confirm-above fraction": (
         ("runs", "cancel", "--workflow", "signup", "--confirm-above", "1.5"),

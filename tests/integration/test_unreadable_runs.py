@@ -4,12 +4,14 @@ and is quarantined in the end; the decider goes on deciding every other run."""
 
 from __future__ import annotations
 
+import httpx
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from legato import App, Client, Flow, Node, TaskContext, task, workflow
 from legato.engine.loops.decider import DeciderLoop
 from legato.schema import DEFAULT_SHARD_COUNT, DecideQueue, Shards
+from legato.ui import create_app
 
 DEEP = "[" * 3000 + "]" * 3000
 
@@ -51,3 +53,19 @@ async def test_a_run_no_reader_can_load_fails_alone(engine: AsyncEngine) -> None
     assert [t.node_id for t in decided.tasks] == ["greet"]
     assert failed.failures == 1
     assert failed.last_error is not None and "RecursionError" in failed.last_error
+
+
+async def test_the_dashboard_says_what_it_cannot_show(engine: AsyncEngine) -> None:
+    async with Client(engine, app=app) as client:
+        await client.deploy()
+        bad = await client.start(greeting, "bob")
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE legato.runs SET input = CAST(:deep AS jsonb) WHERE id = :id"),
+                {"deep": DEEP, "id": bad.run_id},
+            )
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
+            page = await web.get(f"/runs/{bad.run_id}")
+    assert page.status_code == 500
+    assert "nests too deeply to be read back" in page.text

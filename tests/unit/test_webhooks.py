@@ -118,8 +118,12 @@ def test_a_forged_tampered_or_replayed_request_is_refused(change: str, message: 
         ("https://example.com/x", "s", ["run.started", "run.exploded"], "'run.exploded'"),
         ("https://example.com/x", "s", [], "no event types"),
         ("http://[::1/x", "s", None, "not an absolute http"),
-        ("https://example.com:abc/x", "s", None, "not an absolute http"),
-        ("https://example.com:99999/x", "s", None, "not an absolute http"),
+        ("https://example.com:abc/x", "s", None, "has a bad port 'abc': a port is a whole"),
+        ("https://example.com:99999/x", "s", None, "bad port '99999'.* from 1 to 65535"),
+        ("https://example.com:0/x", "s", None, "bad port '0'"),
+        ("http://u:p@example.com:+80/x", "s", None, "bad port '\\+80'"),
+        ("http://[::1]:70000/x", "s", None, "'http://\\[::1\\]:70000/x' has a bad port '70000'"),
+        ("https://example.com/" + "x" * 2100, "s", None, r"\[2,120 characters\] is 2,120 "),
         ("https://exa\x00mple.com/x", "s", None, "not an absolute http"),
         ("https://example.com/x", "s\x00", None, "printable"),
         ("https://example.com/x", "s" * 1025, None, "at most 1024"),
@@ -131,6 +135,27 @@ def test_a_bad_endpoint_is_refused_by_name(
 ) -> None:
     with pytest.raises(InvalidWebhook, match=message):
         webhooks.check_endpoint(url, secret, events, None)
+
+
+def test_a_long_url_is_shown_cut_short_with_its_length() -> None:
+    with pytest.raises(InvalidWebhook) as refused:
+        webhooks.check_endpoint("https://example.com/" + "x" * 5000, "s", None, None)
+    message = str(refused.value)
+    assert len(message) < 250, message
+    assert message.startswith("webhook URL 'https://example.com/xxx")
+    assert "… [5,020 characters] is 5,020 characters long" in message
+    assert "at most 2048 characters" in message
+
+
+def test_a_url_with_a_good_port_or_none_is_accepted() -> None:
+    for url in (
+        "https://x.example:1/h",
+        "https://x.example:65535/h",
+        "https://x.example:/h",
+        "http://u:p@[::1]:8080/h",
+        "http://[::1]/h",
+    ):
+        webhooks.check_endpoint(url, "s", None, None)
 
 
 def test_an_endpoint_defaults_to_every_event_and_workflow() -> None:

@@ -159,20 +159,29 @@ async def _known(conn: AsyncConnection, name: str) -> UnknownSchedule:
     )
 
 
-async def pause(engine: AsyncEngine, name: str) -> None:
-    """Stop firing ``name`` until resumed; raises ``UnknownSchedule``."""
-    async with engine.begin() as conn:
-        if not await schedules.set_paused(conn, name, True):
-            raise await _known(conn, name)
-
-
-async def resume(engine: AsyncEngine, name: str, now: datetime | None = None) -> datetime:
-    """Fire ``name`` again from its first tick after now (ticks while paused never
-    fire); its next fire. Raises ``UnknownSchedule``."""
+async def pause(engine: AsyncEngine, name: str) -> bool:
+    """Stop firing ``name`` until resumed: True, or False when it was already paused
+    (the row is left as it was). Raises ``UnknownSchedule``."""
     async with engine.begin() as conn:
         stored = await schedules.get(conn, name, lock=True)
         if stored is None:
             raise await _known(conn, name)
+        if stored.paused:
+            return False
+        await schedules.set_paused(conn, name, True)
+        return True
+
+
+async def resume(engine: AsyncEngine, name: str, now: datetime | None = None) -> datetime | None:
+    """Fire a paused ``name`` again from its first tick after now (ticks while paused
+    never fire): its next fire, or None when it was not paused (the row, and so its
+    next fire, is left as it was). Raises ``UnknownSchedule``."""
+    async with engine.begin() as conn:
+        stored = await schedules.get(conn, name, lock=True)
+        if stored is None:
+            raise await _known(conn, name)
+        if not stored.paused:
+            return None
         following = next_tick(stored.schedule.timing, now or utc_now())
         await schedules.set_paused(conn, name, False, following)
         return following
