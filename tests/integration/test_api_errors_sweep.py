@@ -286,12 +286,12 @@ ClientCall = Callable[[Client, uuid.UUID], Awaitable[object]]
 JUNK_CLIENT_CALLS: dict[str, tuple[type[LegatoError], str, ClientCall]] = {
     "start connection junk": (
         InvalidArgument,
-        "connection=5 must be an AsyncConnection",
+        "connection=5 must be an open AsyncConnection",
         lambda c, _: c.start(doubled, 1, connection=5),  # type: ignore[call-overload]
     ),
     "start_many connection junk": (
         InvalidArgument,
-        "connection='conn' must be an AsyncConnection",
+        "connection='conn' must be an open AsyncConnection",
         lambda c, _: c.start_many(doubled, [1], connection="conn"),  # type: ignore[arg-type]
     ),
     "start non-workflow": (
