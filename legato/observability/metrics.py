@@ -215,13 +215,17 @@ def serve_metrics(
     port: int, registry: CollectorRegistry | None = None, addr: str = "0.0.0.0"
 ) -> None:
     """Enable metrics and serve ``/metrics`` on ``port`` from a daemon thread (``legato
-    worker|decider|timer|dev --metrics-port``)."""
+    worker|decider|timer|dev --metrics-port``). A port it cannot listen on leaves
+    metrics as they were."""
+    was_enabled = isinstance(_current, PrometheusRecorder)
     enabled = enable_metrics(registry)
     from prometheus_client import start_http_server
 
     try:
         start_http_server(port, addr=addr, registry=enabled.registry)
     except OSError as error:
+        if not was_enabled:
+            disable_metrics()
         raise ConfigurationError(
             f"--metrics-port {port}: cannot listen ({error.strerror or error}); pick a free port"
         ) from None

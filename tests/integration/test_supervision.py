@@ -273,4 +273,4 @@ async def test_cli_processes_say_the_database_is_unreachable_in_one_line() -> No
     assert lines[-1].startswith("legato: error: cannot reach the database at 127.0.0.1:1")
     assert any("retrying for up to" in line for line in lines[:-1])
     bad = await legato(REFUSED, "worker", "--app", "tests.e2e.flows:app", "--lease", "0")
-    assert bad.rc == 2 and "not a positive number of seconds: '0'" in bad.err
+    assert bad.rc == 2 and "not a lease of at least 1 second: '0'" in bad.err
