@@ -379,8 +379,15 @@ class Runtime:
         An unreachable database is retried with back-off for ``startup_timeout`` seconds,
         then ``DatabaseUnavailable`` is raised (at once for a wrong password, role or
         database name). Raises ``IncompatibleDatabase`` on a server older than
-        PostgreSQL 15 or a schema not migrated to this package's head.
+        PostgreSQL 15 or a schema not migrated to this package's head. A runtime that is
+        running refuses a second start (``ConfigurationError``): it would run every loop
+        twice.
         """
+        if self._tasks:
+            raise ConfigurationError(
+                "this Runtime is already running: start() it once (or use `async with "
+                "Runtime(...)`), and stop() it before starting it again"
+            )
         self.shards = await self._check_database()
         if self.distributed is not None:
             self.shards = replace(self.shards, distributed=self.distributed)

@@ -45,16 +45,16 @@ class App:
     def workflow(self, name: str) -> WorkflowDefinition:
         try:
             return self.workflows[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: a name that is no str (unhashable)
             raise UnknownWorkflow(
-                f"unknown workflow {name!r}; known: {sorted(self.workflows)}"
+                f"unknown workflow {name!r:.80}; known: {sorted(self.workflows)}"
             ) from None
 
     def task(self, name: str) -> TaskDefinition:
         try:
             return self.tasks[name]
-        except KeyError:
-            raise UnknownTask(f"unknown task {name!r}; known: {sorted(self.tasks)}") from None
+        except (KeyError, TypeError):  # TypeError: a name that is no str (unhashable)
+            raise UnknownTask(f"unknown task {name!r:.80}; known: {sorted(self.tasks)}") from None
 
 
 def _with_children(workflows: Iterable[WorkflowDefinition]) -> dict[str, WorkflowDefinition]:

@@ -18,6 +18,7 @@ from legato import (
     App,
     Client,
     ClientClosed,
+    ConfigurationError,
     DatabaseUnavailable,
     Flow,
     InvalidArgument,
@@ -406,3 +407,10 @@ async def test_a_result_not_ready_in_time_is_a_timeout_not_an_outage(client: Cli
     running = await client.start(waits, 1)
     with pytest.raises(TimeoutError, match="is still running after"):
         await client.result(running.run_id, timeout=0.2)
+
+
+async def test_a_running_runtime_refuses_a_second_start(engine: AsyncEngine) -> None:
+    """It would have run every loop twice."""
+    async with Runtime(engine, App([doubled]), poll_interval=0.2) as runtime:
+        with pytest.raises(ConfigurationError, match="this Runtime is already running"):
+            await runtime.start()

@@ -3,14 +3,24 @@ naming the value, never the ``TypeError`` or ``OverflowError`` of the code benea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from examples.signup import Signup, signup
-from legato import ConfigurationError, InvalidArgument, InvalidSignature, LegatoError, webhooks
+from examples.signup import app as signup_app
+from legato import (
+    ConfigurationError,
+    InvalidArgument,
+    InvalidSignature,
+    LegatoError,
+    UnknownTask,
+    UnknownWorkflow,
+    webhooks,
+)
 from legato.engine.loops.supervision import RestartPolicy
 from legato.testing import Simulator
 
@@ -35,6 +45,8 @@ HEADERS = {
         (lambda: hooks.verify("s", 5, HEADERS), InvalidArgument, "not int: e.g. await request"),
         (lambda: hooks.verify(None, BODY, HEADERS), InvalidArgument, "verify(secret=...)"),
         (lambda: hooks.sign(None, STAMP, BODY), InvalidArgument, "sign(secret=...)"),
+        (lambda: signup_app.workflow(cast(str, [])), UnknownWorkflow, "unknown workflow []"),
+        (lambda: signup_app.task(cast(str, {})), UnknownTask, "unknown task {}"),
         (
             lambda: RestartPolicy(first_delay=10.0, max_delay=1.0),
             ConfigurationError,
@@ -50,7 +62,7 @@ HEADERS = {
 def test_a_call_with_the_wrong_kind_of_value_says_which(
     call: Callable[[], object], error: type[LegatoError], message: str
 ) -> None:
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(error, match=re.escape(message)):
         call()
 
 
