@@ -174,6 +174,14 @@ def create_engine(
         or application_name
         or _process_application_name
     )
+    # The server takes each start-up setting as a string without NUL (asyncpg refuses
+    # the rest at the first connect, as an InterfaceError or an "invalid startup packet").
+    for key, value in {**settings, "application_name": named}.items():
+        if not isinstance(value, str) or "\x00" in value:
+            raise ConfigurationError(
+                f"create_engine: the session setting {key}={value!r:.80} must be a string "
+                "without NUL characters"
+            )
     if libpq and "dsn" not in connect_args:
         connect_args["dsn"] = "postgresql://?" + urlencode(libpq)
     if mode == TRANSACTION_POOLER:

@@ -19,6 +19,7 @@ from legato import (
     LegatoError,
     UnknownTask,
     UnknownWorkflow,
+    create_engine,
     webhooks,
 )
 from legato.engine.loops.supervision import RestartPolicy
@@ -45,6 +46,16 @@ HEADERS = {
         (lambda: hooks.verify("s", 5, HEADERS), InvalidArgument, "not int: e.g. await request"),
         (lambda: hooks.verify(None, BODY, HEADERS), InvalidArgument, "verify(secret=...)"),
         (lambda: hooks.sign(None, STAMP, BODY), InvalidArgument, "sign(secret=...)"),
+        (
+            lambda: create_engine("postgresql://a@h/db", application_name=cast(str, 5)),
+            ConfigurationError,
+            "the session setting application_name=5 must be a string",
+        ),
+        (
+            lambda: create_engine("postgresql://a@h/db", application_name="a\x00b"),
+            ConfigurationError,
+            "must be a string without NUL characters",
+        ),
         (lambda: signup_app.workflow(cast(str, [])), UnknownWorkflow, "unknown workflow []"),
         (lambda: signup_app.task(cast(str, {})), UnknownTask, "unknown task {}"),
         (
