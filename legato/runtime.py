@@ -194,6 +194,15 @@ class Runtime:
         self.served_queues: tuple[str, ...] = (
             queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
         )
+        unused = sorted(set(queues or ()) - {t.queue for t in app.tasks.values()})
+        if unused and roles.worker:
+            # Not an error: another deploy's tasks may use it, but usually a typo.
+            log.warning(
+                "no task of this app uses queue %s: this worker runs only the app's tasks, "
+                "so it will take nothing from it (queues the app's tasks use: %s)",
+                ", ".join(map(repr, unused)),
+                ", ".join(sorted({t.queue for t in app.tasks.values()})) or "none",
+            )
         # This process in the owner ids of its shard leases (``shard_owners``), so an
         # operator can tell which process holds which keys.
         self._member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from legato import App, Flow, Node, Runtime, TaskContext, create_engine, task, workflow
 from legato.engine.loops.supervision import RestartPolicy
 from legato.engine.loops.timers import TimerLoop
@@ -67,3 +71,10 @@ def test_the_timer_loop_polls_at_the_runtimes_interval_or_its_own_if_shorter() -
     assert polls[0.1]["TimerLoop"] == 0.1
     assert polls[30.0]["TimerLoop"] == 0.5
     assert polls[30.0]["LeaseSweeper"] == 30.0
+
+
+def test_a_worker_given_a_queue_no_task_uses_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="legato"):
+        Runtime(engine, app, roles=EVERY_ROLE, queues=("mails",))
+    assert "no task of this app uses queue 'mails'" in caplog.text
+    assert "queues the app's tasks use: default" in caplog.text
