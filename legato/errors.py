@@ -102,6 +102,11 @@ class RunFinished(LegatoError):
     """The run has already finished, so it cannot be signalled or cancelled."""
 
 
+class ResultTimeout(LegatoError, TimeoutError):
+    """``result(timeout=...)`` when the run is still running at the timeout. A
+    ``TimeoutError`` too, so code catching that keeps working."""
+
+
 class RunStillRunning(LegatoError):
     """``rerun`` of a run that has not finished: cancel it or wait for it first."""
 

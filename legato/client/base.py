@@ -26,6 +26,7 @@ from legato.errors import (
     ClientClosed,
     ConfigurationError,
     InvalidInput,
+    LegatoError,
     PayloadTooLarge,
     RunFinished,
     RunNotFound,
@@ -71,9 +72,9 @@ def schema_explained(
             if unavailable is not None:
                 raise unavailable from error
             raise
-        except TimeoutError:  # an OSError too: result(timeout=...)'s own, not an outage
-            raise
         except OSError as error:  # the driver's connect, before SQLAlchemy wraps anything
+            if isinstance(error, LegatoError):  # ResultTimeout: a TimeoutError, not an outage
+                raise
             unavailable = as_unavailable(error, self.engine.url)
             if unavailable is not None:
                 raise unavailable from error

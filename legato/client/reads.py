@@ -24,7 +24,7 @@ from legato.arguments import (
 from legato.client.base import ClientBase, schema_explained
 from legato.engine.repositories import reruns, run_events, runs, tasks
 from legato.engine.repositories.runs import RunRow
-from legato.errors import RunFailed, RunNotFound
+from legato.errors import ResultTimeout, RunFailed, RunNotFound
 from legato.models import FINAL_EVENTS, HistoryEvent, RunDetails, RunPage, run_failed
 from legato.models_from_rows import attempt_from_row, event_from_row, run_from_row
 from legato.run_wakeups import woken
@@ -64,7 +64,7 @@ class RunReads(ClientBase):
                 if deadline is not None:
                     wait = min(wait, deadline - loop.time())
                     if wait <= 0:
-                        raise TimeoutError(f"run {run_id} is still running after {timeout}s")
+                        raise ResultTimeout(f"run {run_id} is still running after {timeout}s")
                 if not await woken(wake, wait):
                     await self._wakeups.relisten()
 

@@ -26,6 +26,7 @@ from legato import (
     InvalidRunId,
     LegatoError,
     Node,
+    ResultTimeout,
     Retry,
     RunAlreadyExists,
     RunFailed,
@@ -405,8 +406,9 @@ async def test_a_result_not_ready_in_time_is_a_timeout_not_an_outage(client: Cli
     """``TimeoutError`` is an ``OSError``: the client's outage mapping must let it by."""
     await client.deploy(app)
     running = await client.start(waits, 1)
-    with pytest.raises(TimeoutError, match="is still running after"):
+    with pytest.raises(TimeoutError, match="is still running after") as raised:
         await client.result(running.run_id, timeout=0.2)
+    assert isinstance(raised.value, ResultTimeout)
 
 
 async def test_a_running_runtime_refuses_a_second_start(engine: AsyncEngine) -> None:
