@@ -96,9 +96,10 @@ async def _start_in_callers_transaction(engine: AsyncEngine, url: str) -> list[S
     callers = create_async_engine(make_url(url).set(drivername="postgresql+asyncpg"))
     try:
         with recorded(callers) as sent:
-            async with Client(engine, app=flows.app) as client, callers.begin() as conn:
-                handle = await client.start(flows.sleepy, "mine", connection=conn)
-        assert (await client.get_run(handle.run_id)).run.input == "mine"
+            async with Client(engine, app=flows.app) as client:
+                async with callers.begin() as conn:
+                    handle = await client.start(flows.sleepy, "mine", connection=conn)
+                assert (await client.get_run(handle.run_id)).run.input == "mine"
     finally:
         await callers.dispose()
     return sent
