@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import logging
 import os
 import signal
@@ -62,10 +61,11 @@ from legato.engine.transport.handoff import LocalHandoff, ReportsToDecider
 from legato.engine.transport.wakeups import Wakeups
 from legato.errors import ConfigurationError, LoopFailed
 from legato.flow import App
-from legato.limits import check_name
 from legato.observability import metrics
 from legato.outages import as_unavailable, database_failure, is_database_error, one_line
 from legato.schema import Shards
+from legato.served_queues import check_queues, served_queues
+from legato.served_queues import worker_role as worker_role
 
 log = logging.getLogger("legato")
 
@@ -86,31 +86,9 @@ class Roles:
                 raise ConfigurationError(f"Roles({role}={value!r}): a role is True or False")
 
 
-def _check_queues(queues: object) -> tuple[str, ...]:
-    if isinstance(queues, str) or not isinstance(queues, tuple | list) or not queues:
-        raise ConfigurationError(
-            f"queues={queues!r} must be a non-empty tuple of queue names, e.g. ('default',)"
-        )
-    return tuple(check_name("queues: queue", queue, ConfigurationError) for queue in queues)
-
-
 def _check_restarts(restarts: object) -> None:
     if not isinstance(restarts, RestartPolicy):
         raise ConfigurationError(f"restarts={restarts!r} must be a RestartPolicy")
-
-
-def worker_role(queues: Iterable[str], app: App) -> str:
-    """The lease role of a worker: its queues and a digest of the tasks it can run.
-
-    Workers running the same code on the same queues share their keys. A worker serving
-    other queues, or running other code (an old and a new deploy side by side, each
-    leaving the tasks it lacks to the other), is a member of another role, so every key
-    of every queue stays covered by every kind of worker that serves it.
-    """
-    served = sorted(set(queues))
-    names = sorted(name for name, task in app.tasks.items() if task.queue in served)
-    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
-    return f"worker:{','.join(served)}#{digest}"
 
 
 class Runtime:
@@ -144,7 +122,7 @@ class Runtime:
         if not isinstance(roles, Roles):
             raise ConfigurationError(f"roles={roles!r} must be a legato.Roles")
         if queues is not None:
-            queues = _check_queues(queues)
+            queues = check_queues(queues)
         check_count("concurrency", concurrency)
         check_count("deciders", deciders, MAX_DECIDERS)
         check_count("decide_batch_size", decide_batch_size, MAX_BATCH_SIZE)
@@ -189,20 +167,7 @@ class Runtime:
             )
         # The statement layout, when forced (None: the installation's, ``Shards.distributed``).
         self.distributed = distributed
-        # The queues this process's worker serves: those given, else every queue the app's
-        # tasks name.
-        self.served_queues: tuple[str, ...] = (
-            queues or tuple(sorted({t.queue for t in app.tasks.values()})) or ("default",)
-        )
-        unused = sorted(set(queues or ()) - {t.queue for t in app.tasks.values()})
-        if unused and roles.worker:
-            # Not an error: another deploy's tasks may use it, but usually a typo.
-            log.warning(
-                "no task of this app uses queue %s: this worker runs only the app's tasks, "
-                "so it will take nothing from it (queues the app's tasks use: %s)",
-                ", ".join(map(repr, unused)),
-                ", ".join(sorted({t.queue for t in app.tasks.values()})) or "none",
-            )
+        self.served_queues = served_queues(queues, app, works=roles.worker)
         # This process in the owner ids of its shard leases (``shard_owners``), so an
         # operator can tell which process holds which keys.
         self._member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
